@@ -1,0 +1,381 @@
+"""Workflow validation (spec 2.1), execution layers (spec 2.2) and node ancestry.
+
+`validate_workflow` raises the first problem in the spec's order; `workflow_problems` lists
+them all in the same order, for editors and `openflow validate`. Every message names the node
+or edge at fault and says what to change.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterator
+from typing import Any, cast
+
+import networkx as nx
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+
+from openflow.engine.errors import UnknownNodeError, ValidationCode, WorkflowValidationError
+from openflow.engine.spec import (
+    MCP_CONTEXT_MAX_BYTES,
+    MarkdownHandoff,
+    Node,
+    Workflow,
+    effective_output_schema,
+    template_headings,
+)
+
+MAX_MCP_SELECTIONS = 64
+MAX_MCP_SERVER_ID_BYTES = 128
+MAX_MCP_SOURCE_BYTES = 4096
+MAX_MCP_PROMPT_ARGUMENTS = 64
+MAX_MCP_ARGUMENT_NAME_BYTES = 256
+MAX_MCP_ARGUMENT_VALUE_BYTES = 16_384
+_MAX_DETAIL_CHARS = 300
+
+
+def validate_workflow(wf: Workflow) -> None:
+    """Raise the first WorkflowValidationError in the spec's order, or return if valid."""
+    first = next(_problems(wf), None)
+    if first is not None:
+        raise first
+
+
+def workflow_problems(wf: Workflow) -> list[WorkflowValidationError]:
+    """Every problem of the workflow, in the order `validate_workflow` checks them."""
+    return list(_problems(wf))
+
+
+def execution_layers(wf: Workflow) -> list[list[str]]:
+    """Kahn layers by depth, each sorted by node id; raises if the workflow is invalid."""
+    validate_workflow(wf)
+    return _layers(wf) or []
+
+
+def parents(wf: Workflow, node_id: str) -> list[str]:
+    """The direct upstream node ids of `node_id`, sorted."""
+    return sorted(str(n) for n in _graph_with(wf, node_id).predecessors(node_id))
+
+
+def children(wf: Workflow, node_id: str) -> list[str]:
+    """The direct downstream node ids of `node_id`, sorted."""
+    return sorted(str(n) for n in _graph_with(wf, node_id).successors(node_id))
+
+
+def ancestors(wf: Workflow, node_id: str) -> list[str]:
+    """Every node `node_id` transitively depends on, sorted."""
+    return sorted(str(n) for n in nx.ancestors(_graph_with(wf, node_id), node_id))
+
+
+def descendants(wf: Workflow, node_id: str) -> list[str]:
+    """Every node that transitively depends on `node_id`, sorted."""
+    return sorted(str(n) for n in nx.descendants(_graph_with(wf, node_id), node_id))
+
+
+def roots(wf: Workflow) -> list[str]:
+    """The node ids without upstream nodes (they receive the entrypoint), sorted."""
+    graph = _graph(wf)
+    return sorted(str(n) for n in graph.nodes if graph.in_degree(n) == 0)
+
+
+def dependency_graph(wf: Workflow) -> Any:
+    """The workflow as a `networkx.DiGraph` over its valid edges (parent -> child)."""
+    return _graph(wf)
+
+
+def _graph(wf: Workflow) -> Any:
+    graph = nx.DiGraph()
+    graph.add_nodes_from(node.id for node in wf.nodes)
+    for edge in wf.edges:
+        if edge.from_ != edge.to and edge.from_ in graph and edge.to in graph:
+            graph.add_edge(edge.from_, edge.to)
+    return graph
+
+
+def _graph_with(wf: Workflow, node_id: str) -> Any:
+    graph = _graph(wf)
+    if node_id not in graph:
+        raise UnknownNodeError(node_id, wf.id)
+    return graph
+
+
+def _layers(wf: Workflow) -> list[list[str]] | None:
+    """Kahn layering over the valid edges, or None when they form a cycle."""
+    try:
+        generations = list(nx.topological_generations(_graph(wf)))
+    except nx.NetworkXUnfeasible:
+        return None
+    return [sorted(str(n) for n in generation) for generation in generations]
+
+
+def _problems(wf: Workflow) -> Iterator[WorkflowValidationError]:
+    if not wf.nodes:
+        yield _error("EmptyWorkflow", "the workflow has no nodes — add at least one node")
+    yield from _duplicate_nodes(wf)
+    for node in wf.nodes:
+        yield from _output_contract(node)
+    for node in wf.nodes:
+        yield from _mcp_selections(node)
+    yield from _edges(wf)
+    yield from _plan_mode(wf)
+    yield from _layering(wf)
+
+
+def _error(
+    code: ValidationCode,
+    message: str,
+    *,
+    node_id: str | None = None,
+    edge_id: str | None = None,
+    detail: str = "",
+) -> WorkflowValidationError:
+    return WorkflowValidationError(code, message, node_id=node_id, edge_id=edge_id, detail=detail)
+
+
+def _duplicate_nodes(wf: Workflow) -> Iterator[WorkflowValidationError]:
+    seen: set[str] = set()
+    reported: set[str] = set()
+    for node in wf.nodes:
+        if node.id in seen and node.id not in reported:
+            reported.add(node.id)
+            yield _error(
+                "DuplicateNodeId",
+                f"node {node.id!r}: more than one node has this id — give each node a unique id",
+                node_id=node.id,
+                detail="duplicate node id",
+            )
+        seen.add(node.id)
+
+
+def _output_contract(node: Node) -> Iterator[WorkflowValidationError]:
+    handoff = node.agent.handoff
+    if isinstance(handoff, MarkdownHandoff):
+        if not template_headings(handoff.template):
+            detail = "template requires at least one Markdown heading"
+            yield _error(
+                "InvalidHandoffTemplate",
+                f"node {node.id!r}: the Markdown handoff template has no heading — add at "
+                "least one heading line such as '## Summary'",
+                node_id=node.id,
+                detail=detail,
+            )
+        return
+    problem = schema_problem(effective_output_schema(node.agent))
+    if problem is not None:
+        yield _error(
+            "InvalidOutputSchema",
+            f"node {node.id!r}: output_schema is not a valid JSON Schema: {problem} — fix the "
+            "schema",
+            node_id=node.id,
+            detail=problem,
+        )
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why `schema` is not a usable JSON Schema (draft 2020-12 unless `$schema` says), or None."""
+    meta = schema.get("$schema")
+    if meta is not None and not isinstance(meta, str):
+        return "$schema must be a meta-schema URI string"
+    try:
+        if meta is None:
+            cls: Any = Draft202012Validator
+        else:
+            cls = cast(Any, validator_for)(schema, default=None)
+            if cls is None:
+                return f"$schema {meta!r} is not a JSON Schema draft this engine knows"
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        return _one_line(f"{exc.message} (at {exc.json_path})")
+    except RecursionError:
+        return "the schema is nested too deeply"
+    return None
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    if len(flat) > _MAX_DETAIL_CHARS:
+        flat = flat[: _MAX_DETAIL_CHARS - 3] + "..."
+    return flat
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def _has_control(text: str) -> bool:
+    return any(unicodedata.category(ch) == "Cc" for ch in text)
+
+
+def _mcp_selections(node: Node) -> Iterator[WorkflowValidationError]:
+    for detail in _mcp_details(node):
+        yield _error(
+            "InvalidMcpContextSelection",
+            f"node {node.id!r}: MCP context selection is invalid: {detail} — fix the node's "
+            "mcpResources/mcpPrompts",
+            node_id=node.id,
+            detail=detail,
+        )
+
+
+def _mcp_details(node: Node) -> Iterator[str]:
+    agent = node.agent
+    count = len(agent.mcp_resources) + len(agent.mcp_prompts)
+    if count > MAX_MCP_SELECTIONS:
+        yield (f"at most {MAX_MCP_SELECTIONS} resources and prompts may be selected, found {count}")
+    selections = [
+        (f"mcpResources[{i}]", s.server_id, "uri", s.uri, s.max_bytes)
+        for i, s in enumerate(agent.mcp_resources)
+    ] + [
+        (f"mcpPrompts[{i}]", s.server_id, "name", s.name, s.max_bytes)
+        for i, s in enumerate(agent.mcp_prompts)
+    ]
+    requested = 0
+    for where, server_id, source_key, source, max_bytes in selections:
+        if (
+            not server_id.strip()
+            or _utf8_len(server_id) > MAX_MCP_SERVER_ID_BYTES
+            or ("/" in server_id)
+        ):
+            yield (f"{where}: serverId must be 1-{MAX_MCP_SERVER_ID_BYTES} characters without '/'")
+        if not source.strip() or _utf8_len(source) > MAX_MCP_SOURCE_BYTES or _has_control(source):
+            yield (f"{where}: {source_key} must be 1-{MAX_MCP_SOURCE_BYTES} printable characters")
+        if not 1 <= max_bytes <= MCP_CONTEXT_MAX_BYTES:
+            yield f"{where}: maxBytes must be 1-{MCP_CONTEXT_MAX_BYTES}, found {max_bytes}"
+        requested += max(max_bytes, 0)
+    if requested > MCP_CONTEXT_MAX_BYTES:
+        yield (
+            f"the combined maxBytes of all selections must not exceed {MCP_CONTEXT_MAX_BYTES} "
+            f"bytes, found {requested}"
+        )
+    for i, prompt in enumerate(agent.mcp_prompts):
+        arguments = prompt.arguments
+        if len(arguments) > MAX_MCP_PROMPT_ARGUMENTS or any(
+            not name.strip()
+            or _utf8_len(name) > MAX_MCP_ARGUMENT_NAME_BYTES
+            or _has_control(name)
+            or _utf8_len(value) > MAX_MCP_ARGUMENT_VALUE_BYTES
+            for name, value in arguments.items()
+        ):
+            yield (
+                f"mcpPrompts[{i}]: arguments exceed the limits (at most "
+                f"{MAX_MCP_PROMPT_ARGUMENTS} arguments, names 1-{MAX_MCP_ARGUMENT_NAME_BYTES} "
+                f"printable characters, values at most {MAX_MCP_ARGUMENT_VALUE_BYTES} bytes)"
+            )
+    resolved = sum(_utf8_len(snapshot.content) for snapshot in agent.mcp_context_snapshots)
+    if resolved > MCP_CONTEXT_MAX_BYTES:
+        yield (
+            f"resolved MCP context must not exceed {MCP_CONTEXT_MAX_BYTES} bytes, found {resolved}"
+        )
+
+
+def _edges(wf: Workflow) -> Iterator[WorkflowValidationError]:
+    node_ids = {node.id for node in wf.nodes}
+    seen: set[str] = set()
+    for edge in wf.edges:
+        if edge.id in seen:
+            yield _error(
+                "DuplicateEdgeId",
+                f"edge {edge.id!r}: more than one edge has this id — give each edge a unique id",
+                edge_id=edge.id,
+                detail="duplicate edge id",
+            )
+        seen.add(edge.id)
+        if edge.from_ == edge.to:
+            yield _error(
+                "SelfEdge",
+                f"edge {edge.id!r}: connects node {edge.from_!r} to itself — remove the edge "
+                "or point it at another node",
+                edge_id=edge.id,
+                node_id=edge.from_,
+                detail="edge connects a node to itself",
+            )
+        for end, missing in (("from", edge.from_), ("to", edge.to)):
+            if missing not in node_ids:
+                yield _error(
+                    "MissingEndpoint",
+                    f"edge {edge.id!r}: '{end}' names node {missing!r}, which does not exist — "
+                    "point it at an existing node or remove the edge",
+                    edge_id=edge.id,
+                    node_id=missing,
+                    detail=f"edge references missing node {missing!r}",
+                )
+
+
+def _plan_mode(wf: Workflow) -> Iterator[WorkflowValidationError]:
+    plan_mode = wf.settings.plan_mode
+    if plan_mode is None:
+        return
+    source_id = plan_mode.evidence_source_node_id
+    source = wf.find_node(source_id)
+    if source is None:
+        yield _error(
+            "PlanModeSourceMissing",
+            f"settings.planMode: evidence source node {source_id!r} does not exist — pick an "
+            "existing node or turn plan mode off",
+            node_id=source_id,
+            detail="plan mode source node does not exist",
+        )
+    elif not source.agent.request_user_input:
+        yield _error(
+            "PlanModeSourceNotInteractive",
+            f"node {source_id!r}: it is the plan mode evidence source but does not allow user "
+            "input — set its requestUserInput to true or pick another node",
+            node_id=source_id,
+            detail="plan mode source node must allow user input",
+        )
+
+
+def _layering(wf: Workflow) -> Iterator[WorkflowValidationError]:
+    if not wf.nodes:
+        return
+    layers = _layers(wf)
+    if layers is None:
+        yield _cycle_error(wf)
+        return
+    unique_ids = {node.id for node in wf.nodes}
+    flat = [node_id for layer in layers for node_id in layer]
+    if len(flat) != len(unique_ids) or set(flat) != unique_ids:
+        detail = f"layering reached {len(flat)} of {len(unique_ids)} nodes"
+        yield _error(
+            "InternalConsistency",
+            f"internal consistency: {detail} — this is a bug in the engine; please report it "
+            "with the workflow file",
+            detail=detail,
+        )
+
+
+def _cycle_error(wf: Workflow) -> WorkflowValidationError:
+    graph = _graph(wf)
+    cycle = [(str(u), str(v)) for u, v in nx.find_cycle(graph)]
+    edge_ids = [next(e.id for e in wf.edges if e.from_ == u and e.to == v) for u, v in cycle]
+    path = " -> ".join([repr(u) for u, _ in cycle] + [repr(cycle[0][0])])
+    names = ", ".join(repr(edge_id) for edge_id in edge_ids)
+    return _error(
+        "Cycle",
+        f"the edges form a cycle {path} (edges {names}) — remove one of these edges so the "
+        "workflow has no cycle",
+        node_id=cycle[0][0],
+        edge_id=edge_ids[0],
+        detail=f"cycle {path}",
+    )
+
+
+__all__ = [
+    "MAX_MCP_ARGUMENT_NAME_BYTES",
+    "MAX_MCP_ARGUMENT_VALUE_BYTES",
+    "MAX_MCP_PROMPT_ARGUMENTS",
+    "MAX_MCP_SELECTIONS",
+    "MAX_MCP_SERVER_ID_BYTES",
+    "MAX_MCP_SOURCE_BYTES",
+    "ancestors",
+    "children",
+    "dependency_graph",
+    "descendants",
+    "execution_layers",
+    "parents",
+    "roots",
+    "schema_problem",
+    "validate_workflow",
+    "workflow_problems",
+]

@@ -57,6 +57,7 @@ class AgentRequest(_Model):
     allow_user_input: bool = False
     conversation_mode: bool = False
     cache_key: str = ""
+    turn_index: int = 0
 
     def first_user_message(self) -> str:
         """The first user message every wire sends (spec 2.4)."""

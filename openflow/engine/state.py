@@ -1,0 +1,374 @@
+"""The run snapshot, the facts the engine folds in and the intents it plans.
+
+The snapshot is the whole run state: one pydantic model that round-trips through JSON
+losslessly (continue-as-new and resume carry it). Facts are named in the past tense, intents
+in the imperative (STYLE.md).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from openflow.engine.events import RunEvent
+from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
+from openflow.engine.spec import Workflow
+from openflow.engine.transcript import ToolCall, TranscriptItem
+
+RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+
+# --- transcript bookkeeping -------------------------------------------------------------
+
+
+class StoredItemRef(_Frozen):
+    """A transcript item whose content the run store already holds (a reply or a batch)."""
+
+    kind: Literal["stored_ref"] = "stored_ref"
+    store_key: str
+    index: int
+
+
+DeltaItem = Annotated[
+    TranscriptItem | StoredItemRef,
+    Field(discriminator="kind"),
+]
+
+
+class TranscriptDelta(_Frozen):
+    """What a model-turn activity must append before calling the model."""
+
+    base_len: int
+    items: tuple[DeltaItem, ...] = ()
+
+
+# --- per node state ---------------------------------------------------------------------
+
+
+class Counters(_Model):
+    """Protocol retry counters of one node (spec 3.5, 3.6); all reset on progress."""
+
+    submit: int = 0
+    request_input: int = 0
+    empty: int = 0
+    mixed: int = 0
+    truncation: int = 0
+    auto_continue: int = 0
+
+
+class InFlightCall(_Model):
+    call_id: str
+    model_attempt: int
+    kind: Literal["node", "repair", "review"] = "node"
+
+
+class NodeState(_Model):
+    """Everything the engine knows about one node."""
+
+    output: Any = None
+    has_output: bool = False
+    handoff: dict[str, Any] | None = None
+    handoff_job: dict[str, Any] | None = None
+    queued_messages: list[str] = Field(default_factory=list)
+    awaiting: bool = False
+    structured_input: dict[str, Any] | None = None
+    in_flight: InFlightCall | None = None
+    failed: str | None = None
+    interrupted: bool = False
+    backoff_until_ms: int | None = None
+    retries: int = 0
+    transient_streak: int = 0
+    counters: Counters = Field(default_factory=Counters)
+    transcript: list[TranscriptItem] = Field(default_factory=list)
+    origins: list[StoredItemRef | None] = Field(default_factory=list)
+    transcript_offset: int = 0
+    persisted_len: int = 0
+    turn_seq: int = 0
+    calls_done: int = 0
+    announced_attempt: int = 0
+    errored_attempt: int = 0
+    changed_files: list[dict[str, Any]] = Field(default_factory=list)
+    reads: list[dict[str, Any]] = Field(default_factory=list)
+    pending_repair: dict[str, Any] | None = None
+    runtime_patch: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def model_attempt(self) -> int:
+        return min(self.retries, 255) + 1
+
+
+class PendingBatch(_Model):
+    """A tool batch the engine queued: awaiting approval, runnable or in flight."""
+
+    batch_id: str
+    node_id: str
+    calls: list[ToolCall]
+    requires_approval: bool
+    side_effects: bool
+    in_flight: bool = False
+    approval_announced: bool = False
+
+
+# --- the snapshot -----------------------------------------------------------------------
+
+
+class RunSnapshot(_Model):
+    """The whole run: what continue-as-new and resume carry."""
+
+    run_id: str
+    workflow: Workflow
+    entrypoint_text: str = ""
+    execution_dir: str = ""
+    project_root: str | None = None
+    tool_names: list[str] | None = None
+    nodes: dict[str, NodeState]
+    batches: dict[str, PendingBatch] = Field(default_factory=dict)
+    next_id: int = 1
+    event_seq: int = 0
+    status: RunStatus = "running"
+    cancel_requested: bool = False
+    terminal_error: str | None = None
+    terminal_node: str | None = None
+    finished: bool = False
+    review_done: bool = False
+    review_enabled: bool = False
+    report: dict[str, Any] | None = None
+    tokens_in: int = 0
+    read_calls: int = 0
+    redundant_reads: int = 0
+
+
+# --- facts ------------------------------------------------------------------------------
+
+
+class ModelReplied(_Frozen):
+    kind: Literal["model_replied"] = "model_replied"
+    call_id: str
+    node_id: str
+    reply: ModelReply
+    reply_key: str = ""
+    persisted_len: int | None = None
+
+
+class ModelFailed(_Frozen):
+    kind: Literal["model_failed"] = "model_failed"
+    call_id: str
+    node_id: str
+    failure: ProviderFailure
+    persisted_len: int | None = None
+    lost: bool = False
+
+
+class ToolResultSummary(_Frozen):
+    """One tool result as history carries it: a capped preview; the store keeps the rest."""
+
+    tool_call_id: str
+    tool_name: str
+    content: str
+    is_error: bool = False
+    artifact_ids: tuple[str, ...] = ()
+    output_meta: dict[str, Any] | None = None
+
+
+class ToolsFinished(_Frozen):
+    kind: Literal["tools_finished"] = "tools_finished"
+    batch_id: str
+    results: tuple[ToolResultSummary, ...]
+    store_key: str = ""
+    interrupted: bool = False
+    changed_files: tuple[dict[str, Any], ...] = ()
+    reads: tuple[dict[str, Any], ...] = ()
+    events: tuple[dict[str, Any], ...] = ()
+
+
+class ToolsOutcomeUnknown(_Frozen):
+    """A side-effecting batch whose worker died: settled unknown, never re-sent."""
+
+    kind: Literal["tools_unknown"] = "tools_unknown"
+    batch_id: str
+    reason: str = ""
+
+
+class HandoffStored(_Frozen):
+    kind: Literal["handoff_stored"] = "handoff_stored"
+    node_id: str
+    manifest: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class InputGiven(_Frozen):
+    kind: Literal["input"] = "input"
+    node_id: str
+    text: str
+
+
+class ApprovalDecided(_Frozen):
+    kind: Literal["approval"] = "approval"
+    approval_id: str
+    allow: bool
+    reason: str | None = None
+
+
+class RetryRequested(_Frozen):
+    kind: Literal["retry"] = "retry"
+    node_id: str
+    message: str | None = None
+
+
+class MessageSent(_Frozen):
+    kind: Literal["message"] = "message"
+    node_id: str
+    text: str
+
+
+class TimerFired(_Frozen):
+    kind: Literal["timer"] = "timer"
+    node_id: str
+
+
+class CancelRequested(_Frozen):
+    kind: Literal["cancel"] = "cancel"
+
+
+class CatalogFrozen(_Frozen):
+    """The executable tools this run offers, fixed at its first model call."""
+
+    kind: Literal["catalog"] = "catalog"
+    tool_names: tuple[str, ...]
+
+
+HumanAction = Annotated[
+    InputGiven | ApprovalDecided | RetryRequested | MessageSent, Field(discriminator="kind")
+]
+
+Fact = Annotated[
+    ModelReplied
+    | ModelFailed
+    | ToolsFinished
+    | ToolsOutcomeUnknown
+    | HandoffStored
+    | InputGiven
+    | ApprovalDecided
+    | RetryRequested
+    | MessageSent
+    | TimerFired
+    | CancelRequested
+    | CatalogFrozen,
+    Field(discriminator="kind"),
+]
+
+
+# --- intents ----------------------------------------------------------------------------
+
+
+class CallModel(_Frozen):
+    kind: Literal["call_model"] = "call_model"
+    call_id: str
+    node_id: str
+    model_attempt: int
+    request: AgentRequest
+    delta: TranscriptDelta
+    purpose: Literal["node", "repair", "review"] = "node"
+
+
+class RunTools(_Frozen):
+    kind: Literal["run_tools"] = "run_tools"
+    batch_id: str
+    node_id: str
+    calls: tuple[ToolCall, ...]
+    side_effects: bool
+    model_attempt: int = 1
+
+
+class WriteHandoff(_Frozen):
+    kind: Literal["write_handoff"] = "write_handoff"
+    node_id: str
+    format: Literal["json", "markdown"]
+    output: Any
+
+
+class CancelWork(_Frozen):
+    """Cancel in-flight activities (by call or batch id): stop and interrupts."""
+
+    kind: Literal["cancel_work"] = "cancel_work"
+    ids: tuple[str, ...]
+
+
+class SleepUntil(_Frozen):
+    kind: Literal["sleep_until"] = "sleep_until"
+    node_id: str
+    wake_at_ms: int
+
+
+Intent = Annotated[
+    CallModel | RunTools | WriteHandoff | CancelWork | SleepUntil, Field(discriminator="kind")
+]
+
+
+class Awaiting(_Frozen):
+    """What the run waits on from people."""
+
+    inputs: tuple[str, ...] = ()
+    approvals: tuple[str, ...] = ()
+    retryables: tuple[str, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.inputs or self.approvals or self.retryables)
+
+
+class Plan(_Frozen):
+    """The reducer's answer: the new snapshot, new events and what to do next."""
+
+    snapshot: RunSnapshot
+    events: tuple[RunEvent, ...] = ()
+    intents: tuple[Intent, ...] = ()
+    awaiting: Awaiting = Awaiting()
+    done: bool = False
+    status: RunStatus = "running"
+    rejected: str | None = None
+
+
+__all__ = [
+    "ApprovalDecided",
+    "Awaiting",
+    "CallModel",
+    "CancelRequested",
+    "CancelWork",
+    "CatalogFrozen",
+    "Counters",
+    "DeltaItem",
+    "Fact",
+    "HandoffStored",
+    "HumanAction",
+    "InFlightCall",
+    "InputGiven",
+    "Intent",
+    "MessageSent",
+    "ModelFailed",
+    "ModelReplied",
+    "NodeState",
+    "PendingBatch",
+    "Plan",
+    "RetryRequested",
+    "RunSnapshot",
+    "RunStatus",
+    "RunTools",
+    "SleepUntil",
+    "StoredItemRef",
+    "TimerFired",
+    "ToolResultSummary",
+    "ToolsFinished",
+    "ToolsOutcomeUnknown",
+    "TranscriptDelta",
+    "WriteHandoff",
+]

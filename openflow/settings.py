@@ -1,0 +1,360 @@
+"""`$OPENFLOW_HOME`, `settings.json` and provider profiles (OPENFLOW_SPEC 10.1, 10.2).
+
+Keys are `SecretStr`: they never show in `repr`, and serializing a profile never writes them out,
+so a profile can travel into a run without its key. Keys are resolved on the worker, inside the
+model-turn activity.
+
+Errors:
+    SettingsError    settings.json exists but cannot be read or does not validate
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_serializer,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ProviderKind = Literal["openai", "chat_completions", "anthropic", "bedrock", "scripted"]
+Transport = Literal["responses", "chat_completions", "anthropic_messages"]
+
+SETTINGS_FILE = "settings.json"
+
+
+class SettingsError(Exception):
+    """settings.json cannot be read or is invalid."""
+
+
+class ModelPrice(BaseModel):
+    """USD per million tokens for one model."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    input: float = 0.0
+    output: float = 0.0
+    cached_input: float | None = None
+    cache_write: float | None = None
+
+
+class ReasoningEffortOption(BaseModel):
+    """One reasoning effort a provider offers in the UI."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    value: str
+    label: str = ""
+    uses_budget_tokens: bool = False
+
+
+class ProviderProfile(BaseModel):
+    """One provider profile from settings.json (OpenFlow's keys, mostly snake_case)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    kind: ProviderKind = "chat_completions"
+    display_name: str = ""
+    base_url: str | None = None
+    transport: Transport | None = None
+    responses_path: str = "v1/responses"
+    chat_completions_path: str = "v1/chat/completions"
+    request_timeout_secs: float = 300
+    known_models: list[str] = Field(default_factory=list)
+    model_transports: dict[str, Transport] = Field(default_factory=dict)
+    default_model: str = ""
+    api_key: SecretStr | None = Field(default=None, repr=False)
+    api_key_env: str | None = None
+    api_key_required: bool | None = None
+    codex_oauth: dict[str, Any] | None = Field(default=None, repr=False)
+    aws_profile: str | None = None
+    aws_region: str | None = None
+    aws_credential_command: str | None = None
+    editable: bool = False
+    reasoning_effort_options: list[ReasoningEffortOption] = Field(
+        default_factory=list, alias="reasoningEffortOptions"
+    )
+    default_reasoning_budget_tokens: dict[str, int] = Field(
+        default_factory=dict, alias="defaultReasoningBudgetTokens"
+    )
+    default_reasoning_effort: str | None = Field(default=None, alias="defaultReasoningEffort")
+    fast_mode_available: bool = Field(default=False, alias="fastModeAvailable")
+    context_window_sizes: dict[str, int] = Field(default_factory=dict)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    script: dict[str, list[dict[str, Any]]] | None = None
+    script_path: str | None = None
+    exhausted: Literal["echo", "fail"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_kind(cls, data: Any) -> Any:
+        """A profile without `kind` gets the one its other fields imply."""
+        if not isinstance(data, dict) or data.get("kind"):
+            return data
+        if data.get("script") is not None or data.get("script_path"):
+            kind = "scripted"
+        elif data.get("transport") == "anthropic_messages":
+            kind = "anthropic"
+        elif data.get("aws_region") or data.get("aws_profile"):
+            kind = "bedrock"
+        elif data.get("transport") == "responses":
+            kind = "openai"
+        else:
+            kind = "chat_completions"
+        return {**data, "kind": kind}
+
+    @field_serializer("api_key", "codex_oauth")
+    def _never_serialize_secrets(self, value: object) -> None:
+        """Keys stay in settings.json; a serialized profile never carries them."""
+        return None
+
+    def secret_api_key(self) -> str | None:
+        """The stored key, or None when the profile has none (or only a masked one)."""
+        if self.api_key is None:
+            return None
+        value = self.api_key.get_secret_value().strip()
+        if not value or set(value) == {"*"}:
+            return None
+        return value
+
+
+class AppSettings(BaseModel):
+    """settings.json: `{"active_provider": id, "providers": {id: profile}, ...}`."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    active_provider: str = "scripted"
+    providers: dict[str, ProviderProfile] = Field(default_factory=dict)
+    mcp: dict[str, Any] | list[Any] = Field(default_factory=dict)
+    api_keys: dict[str, str] = Field(default_factory=dict, repr=False)
+    skill_search_paths: list[str] = Field(default_factory=list)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    lsp: dict[str, Any] | None = None
+    local_diagnostics: dict[str, Any] | None = None
+    search: dict[str, Any] | None = None
+
+    @field_serializer("api_keys")
+    def _never_serialize_tenant_keys(self, value: dict[str, str]) -> dict[str, str]:
+        """Tenant bearer keys stay in settings.json."""
+        return {}
+
+    def profile(self, provider_id: str) -> ProviderProfile | None:
+        """The profile for `provider_id`, or None when settings do not define it."""
+        return self.providers.get(provider_id)
+
+    def tenant_for_key(self, bearer_key: str) -> str | None:
+        """The tenant a bearer key belongs to, or None for an unknown key."""
+        return self.api_keys.get(bearer_key)
+
+
+def _openai_efforts() -> list[dict[str, Any]]:
+    return [
+        {"value": v, "label": v.capitalize(), "uses_budget_tokens": False}
+        for v in ("none", "low", "medium", "high")
+    ]
+
+
+def _claude_efforts() -> list[dict[str, Any]]:
+    return [
+        {"value": "none", "label": "None", "uses_budget_tokens": False},
+        {"value": "adaptive", "label": "Adaptive", "uses_budget_tokens": False},
+        {"value": "low", "label": "Low", "uses_budget_tokens": True},
+        {"value": "medium", "label": "Medium", "uses_budget_tokens": True},
+        {"value": "high", "label": "High", "uses_budget_tokens": True},
+    ]
+
+
+def _chat(
+    name: str, base_url: str, env: str | None, model: str, *, path: str = "v1/chat/completions"
+) -> dict[str, Any]:
+    return {
+        "kind": "chat_completions",
+        "display_name": name,
+        "base_url": base_url,
+        "transport": "chat_completions",
+        "chat_completions_path": path,
+        "api_key_env": env,
+        "api_key_required": env is not None,
+        "default_model": model,
+        "reasoningEffortOptions": _openai_efforts(),
+    }
+
+
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    "openai": {
+        "kind": "openai",
+        "display_name": "OpenAI",
+        "base_url": "https://api.openai.com",
+        "transport": "responses",
+        "api_key_env": "OPENAI_API_KEY",
+        "api_key_required": True,
+        "default_model": "gpt-4o-mini",
+        "reasoningEffortOptions": _openai_efforts(),
+        "fastModeAvailable": True,
+    },
+    "openrouter": _chat(
+        "OpenRouter", "https://openrouter.ai/api", "OPENROUTER_API_KEY", "openai/gpt-4o-mini"
+    ),
+    "groq": _chat("Groq", "https://api.groq.com/openai", "GROQ_API_KEY", "llama-3.3-70b-versatile"),
+    "together": _chat(
+        "Together AI",
+        "https://api.together.xyz",
+        "TOGETHER_API_KEY",
+        "meta-llama/Llama-3.3-70B-Instruct-Turbo",
+    ),
+    "fireworks": _chat(
+        "Fireworks",
+        "https://api.fireworks.ai/inference",
+        "FIREWORKS_API_KEY",
+        "accounts/fireworks/models/llama-v3p3-70b-instruct",
+    ),
+    "deepseek": _chat("DeepSeek", "https://api.deepseek.com", "DEEPSEEK_API_KEY", "deepseek-chat"),
+    "xai": _chat("xAI", "https://api.x.ai", "XAI_API_KEY", "grok-3-mini"),
+    "mistral": _chat(
+        "Mistral", "https://api.mistral.ai", "MISTRAL_API_KEY", "mistral-large-latest"
+    ),
+    "perplexity": _chat(
+        "Perplexity",
+        "https://api.perplexity.ai",
+        "PERPLEXITY_API_KEY",
+        "sonar",
+        path="chat/completions",
+    ),
+    "gemini": _chat(
+        "Google Gemini",
+        "https://generativelanguage.googleapis.com/v1beta/openai",
+        "GEMINI_API_KEY",
+        "gemini-2.0-flash",
+        path="chat/completions",
+    ),
+    "ollama": _chat("Ollama", "http://localhost:11434/v1", None, "llama3.1"),
+    "lmstudio": _chat("LM Studio", "http://localhost:1234/v1", None, "local-model"),
+    "custom_openai_compatible": {
+        **_chat("Custom OpenAI-compatible", "http://localhost:8000/v1", None, "model-name"),
+        "api_key_env": "OPENAI_COMPATIBLE_API_KEY",
+        "api_key_required": False,
+        "editable": True,
+    },
+    "anthropic": {
+        "kind": "anthropic",
+        "display_name": "Anthropic",
+        "base_url": "https://api.anthropic.com",
+        "transport": "anthropic_messages",
+        "api_key_env": "ANTHROPIC_API_KEY",
+        "api_key_required": True,
+        "default_model": "claude-3-5-sonnet-latest",
+        "reasoningEffortOptions": _claude_efforts(),
+    },
+    "bedrock": {
+        "kind": "bedrock",
+        "display_name": "Amazon Bedrock",
+        "api_key_required": False,
+        "default_model": "anthropic.claude-sonnet-4-20250514-v1:0",
+        "reasoningEffortOptions": _claude_efforts(),
+    },
+    "scripted": {
+        "kind": "scripted",
+        "display_name": "Scripted (tests and demos)",
+        "api_key_required": False,
+        "default_model": "test-model",
+        "exhausted": "echo",
+    },
+}
+
+
+def builtin_profiles() -> dict[str, ProviderProfile]:
+    """A fresh copy of every built-in profile (spec 10.1 table plus `scripted`)."""
+    return {pid: ProviderProfile.model_validate(raw) for pid, raw in BUILTIN_PROFILES.items()}
+
+
+def _merge_profiles(raw_providers: Mapping[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = {pid: dict(raw) for pid, raw in BUILTIN_PROFILES.items()}
+    for pid, raw in raw_providers.items():
+        if not isinstance(raw, dict):
+            raise SettingsError(
+                f"provider profile {pid!r} in settings.json must be a JSON object; fix the file"
+            )
+        merged[pid] = {**merged.get(pid, {}), **raw}
+    return merged
+
+
+def parse_settings(raw: Mapping[str, Any]) -> AppSettings:
+    """Validate a settings.json document, layering its profiles over the built-in ones."""
+    providers = raw.get("providers") or {}
+    if not isinstance(providers, dict):
+        raise SettingsError("'providers' in settings.json must be an object of profiles by id")
+    data = {**raw, "providers": _merge_profiles(providers)}
+    try:
+        return AppSettings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise SettingsError(f"settings.json is invalid ({problems}); fix those fields") from None
+
+
+def load_settings(home: Path) -> AppSettings:
+    """Read `$OPENFLOW_HOME/settings.json`; a missing file gives the built-in defaults."""
+    path = Path(home) / SETTINGS_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return parse_settings({})
+    except OSError as exc:
+        raise SettingsError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    try:
+        raw = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise SettingsError(
+            f"{str(path)!r} is not valid JSON (line {exc.lineno}, column {exc.colno}); fix it"
+        ) from None
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{str(path)!r} must hold a JSON object")
+    return parse_settings(raw)
+
+
+class RuntimeSettings(BaseSettings):
+    """Process settings from `OPENFLOW_*` environment variables (CONTRACT section 2)."""
+
+    model_config = SettingsConfigDict(env_prefix="OPENFLOW_", extra="ignore")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".openflow")
+    temporal_address: str | None = None
+    namespace: str = "default"
+    task_queue: str = "openflow"
+    script: Path | None = None
+
+
+def openflow_home(env: Mapping[str, str] | None = None) -> Path:
+    """`$OPENFLOW_HOME`, defaulting to `~/.openflow`."""
+    source = os.environ if env is None else env
+    value = source.get("OPENFLOW_HOME", "").strip()
+    return Path(value).expanduser() if value else Path.home() / ".openflow"
+
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "SETTINGS_FILE",
+    "AppSettings",
+    "ModelPrice",
+    "ProviderKind",
+    "ProviderProfile",
+    "ReasoningEffortOption",
+    "RuntimeSettings",
+    "SettingsError",
+    "Transport",
+    "builtin_profiles",
+    "load_settings",
+    "openflow_home",
+    "parse_settings",
+]

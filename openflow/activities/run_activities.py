@@ -1,0 +1,318 @@
+"""The activities of a run: prepare it, call a model, run a tool batch, write a handoff.
+
+Everything that touches the world is here. Keys are resolved inside these activities, on the
+worker; none of them ever travels in an input or a result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from pydantic import TypeAdapter
+from temporalio import activity
+
+from openflow import contracts as c
+from openflow.activities.providers.errors import ProviderError
+from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
+from openflow.activities.store import RunStore
+from openflow.engine.advance import reply_items
+from openflow.engine.request import AgentRequest, ProviderFailure, ToolSpec
+from openflow.engine.state import StoredItemRef
+from openflow.engine.transcript import ToolResultItem, TranscriptItem
+from openflow.live import LiveChannel
+from openflow.settings import AppSettings, ProviderProfile, load_settings
+
+log = logging.getLogger(__name__)
+_ITEM = TypeAdapter(TranscriptItem)
+_ITEMS = TypeAdapter(list[TranscriptItem])
+PREVIEW_LIMIT = 2_000
+HEARTBEAT_EVERY_S = 1.0
+HANDOFF_LIMIT = 1024 * 1024
+T = TypeVar("T")
+
+
+def preview(text: str, limit: int = PREVIEW_LIMIT) -> str:
+    """The part of a tool result history keeps; the run store keeps the whole."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 200]
+    return f"{head}\n… [{len(text) - len(head)} more characters in the run store]"
+
+
+def handoff_segment(node_id: str) -> str:
+    """A node id as one safe path segment (spec 7)."""
+    return quote(node_id, safe="-_.")
+
+
+async def heartbeating(work: Awaitable[T], every_s: float = HEARTBEAT_EVERY_S) -> T:
+    """Await `work` while heartbeating, so a dead worker is noticed and cancels arrive."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every_s)
+
+    beater = asyncio.create_task(beat())
+    try:
+        return await work
+    finally:
+        beater.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beater
+
+
+ProviderFactory = Callable[[str, ProviderProfile, AppSettings], Any]
+
+
+class RunActivities:
+    """The activities a worker registers; clients and stores come in through the constructor."""
+
+    def __init__(
+        self,
+        home: Path,
+        store: RunStore,
+        live: LiveChannel | None = None,
+        tools: Any = None,
+        provider_factory: ProviderFactory | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.live = live
+        self.tools = tools
+        self.provider_factory = provider_factory
+        self.env = dict(env if env is not None else os.environ)
+        self._locks: dict[str, Any] = {}
+        self._caches: dict[str, Any] = {}
+        self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.prepare_run, self.model_turn, self.tool_batch, self.write_handoff]
+
+    # --- prepare ------------------------------------------------------------------------
+
+    @activity.defn(name=c.ACTIVITY_PREPARE)
+    async def prepare_run(self, inp: c.PrepareInput) -> c.PrepareResult:
+        settings = load_settings(self.home)
+        wf = inp.workflow.model_copy(deep=True)
+        default = inp.provider_id or wf.settings.provider_id or settings.active_provider
+        if not default or settings.profile(default) is None:
+            default = default or "scripted"
+        wf.settings.provider_id = default
+        used = {default} | {n.agent.provider_id for n in wf.nodes if n.agent.provider_id}
+        profiles: dict[str, dict[str, Any]] = {}
+        for pid in sorted(p for p in used if p):
+            profile = settings.profile(pid)
+            if profile is None:
+                continue
+            data = profile.model_dump(mode="json", by_alias=False)
+            if profile.kind == "scripted":
+                try:
+                    data["script"] = load_script(profile.script, profile.script_path, self.env)
+                except ScriptError as exc:
+                    raise_app(str(exc))
+            data.pop("api_key", None)
+            profiles[pid] = data
+        for node in wf.nodes:
+            agent = node.agent
+            pid = agent.provider_id or default
+            if agent.reasoning_effort is None and wf.settings.reasoning_effort is not None:
+                agent.reasoning_effort = wf.settings.reasoning_effort
+                if agent.reasoning_budget_tokens is None:
+                    agent.reasoning_budget_tokens = wf.settings.reasoning_budget_tokens
+            prof = settings.profile(pid)
+            if prof is not None and not agent.model.strip():
+                agent.model = prof.default_model
+        execution_dir = inp.project_dir or str(self.home / "runs" / inp.run_id / "workspace")
+        Path(execution_dir).mkdir(parents=True, exist_ok=True)
+        tool_names = sorted(self._tool_specs_by_name())
+        catalog = [self._tool_specs_by_name()[n].model_dump(mode="json") for n in tool_names]
+        self.store.put_bytes(inp.run_id, "catalog.json", json.dumps(catalog).encode())
+        return c.PrepareResult(
+            workflow=wf,
+            profiles=profiles,
+            active_provider=default,
+            tool_names=tool_names,
+            execution_dir=execution_dir,
+        )
+
+    def _tool_specs_by_name(self) -> dict[str, ToolSpec]:
+        if self.tools is None:
+            return {}
+        return {spec.name: spec for spec in self.tools.specs("execution")}
+
+    # --- model turns --------------------------------------------------------------------
+
+    @activity.defn(name=c.ACTIVITY_MODEL_TURN)
+    async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
+        header_key = f"headers/{inp.header_digest}.json"
+        if inp.header is not None:
+            if not self.store.exists(inp.run_id, header_key):
+                self.store.put_bytes(inp.run_id, header_key, inp.header.model_dump_json().encode())
+            header = inp.header
+        else:
+            header = AgentRequest.model_validate_json(self.store.get_bytes(inp.run_id, header_key))
+        request = header.model_copy(update={"turn_index": inp.turn_index})
+        transcript_key = f"transcripts/{handoff_segment(inp.node_id)}.jsonl"
+        lines = [self._resolve(inp.run_id, item) for item in inp.delta.items]
+        persisted = self.store.append_lines(
+            inp.run_id, transcript_key, lines, expected_len=inp.delta.base_len
+        )
+        transcript = [
+            _ITEM.validate_json(line) for line in self.store.read_lines(inp.run_id, transcript_key)
+        ]
+        tools = self._offered(inp.run_id, request.tool_names)
+        live = self.live
+        message_id = f"{inp.call_id}"
+
+        def on_delta(kind: str, text: str) -> None:
+            if live is None or not text:
+                return
+            live.publish(
+                inp.run_id,
+                {
+                    "type": "ChatMessageDelta",
+                    "node_id": inp.node_id,
+                    "message_id": message_id,
+                    "role": "thinking" if kind == "thinking" else "assistant",
+                    "delta": text,
+                    "finalize": False,
+                },
+            )
+
+        try:
+            provider = self._provider(inp.provider_id, inp.profile)
+            reply = await heartbeating(provider.complete(request, transcript, tools, on_delta))
+        except ProviderError as exc:
+            return c.ModelTurnResult(failure=exc.failure, persisted_len=persisted)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            if live is not None:
+                live.publish(
+                    inp.run_id,
+                    {
+                        "type": "ChatMessageDelta",
+                        "node_id": inp.node_id,
+                        "message_id": message_id,
+                        "role": "assistant",
+                        "delta": "",
+                        "finalize": True,
+                    },
+                )
+        reply_key = f"replies/{handoff_segment(inp.node_id)}/{handoff_segment(inp.call_id)}.json"
+        items = reply_items(reply)
+        self.store.put_bytes(inp.run_id, reply_key, _ITEMS.dump_json(items))
+        return c.ModelTurnResult(reply=reply, reply_key=reply_key, persisted_len=persisted)
+
+    def _resolve(self, run_id: str, item: Any) -> str:
+        if isinstance(item, StoredItemRef):
+            stored = json.loads(self.store.get_bytes(run_id, item.store_key))
+            return json.dumps(stored[item.index], separators=(",", ":"), sort_keys=True)
+        return json.dumps(item.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+
+    def _offered(self, run_id: str, names: tuple[str, ...]) -> list[ToolSpec]:
+        if not names:
+            return []
+        try:
+            catalog = json.loads(self.store.get_bytes(run_id, "catalog.json"))
+        except FileNotFoundError:
+            catalog = [s.model_dump(mode="json") for s in self._tool_specs_by_name().values()]
+        by_name = {spec["name"]: ToolSpec.model_validate(spec) for spec in catalog}
+        return [by_name[n] for n in names if n in by_name]
+
+    def _provider(self, provider_id: str, profile_data: dict[str, Any]) -> Any:
+        if not profile_data:
+            raise ProviderError(
+                ProviderFailure(
+                    kind="permanent",
+                    message=f"provider {provider_id!r} is not configured for this workflow run",
+                )
+            )
+        profile = ProviderProfile.model_validate(profile_data)
+        if profile.kind == "scripted":
+            script = profile.script or {}
+            return ScriptedProvider(script, exhausted=profile.exhausted)
+        if self.provider_factory is None:
+            raise ProviderError(
+                ProviderFailure(
+                    kind="permanent",
+                    message=f"provider {provider_id!r} ({profile.kind}) is not available on this worker",
+                )
+            )
+        return self.provider_factory(provider_id, profile, load_settings(self.home))
+
+    # --- tool batches -------------------------------------------------------------------
+
+    @activity.defn(name=c.ACTIVITY_TOOL_BATCH)
+    async def tool_batch(self, inp: c.ToolBatchInput) -> c.ToolBatchResult:
+        from openflow.activities.tools_runner import run_batch
+
+        outcome = await heartbeating(run_batch(self, inp))
+        store_key = f"batches/{handoff_segment(inp.batch_id)}.json"
+        full = [ToolResultItem(result=r) for r in outcome.results]
+        self.store.put_bytes(inp.run_id, store_key, _ITEMS.dump_json(list(full)))
+        return c.ToolBatchResult(
+            results=[
+                {
+                    "tool_call_id": r.tool_call_id,
+                    "tool_name": r.tool_name,
+                    "content": preview(r.content),
+                    "is_error": r.is_error,
+                    "artifact_ids": r.artifact_ids,
+                    "output_meta": r.output_meta,
+                }
+                for r in outcome.results
+            ],
+            store_key=store_key,
+            interrupted=outcome.interrupted,
+            changed_files=outcome.changed_files,
+            reads=outcome.reads,
+            events=outcome.events,
+        )
+
+    # --- handoffs -----------------------------------------------------------------------
+
+    @activity.defn(name=c.ACTIVITY_HANDOFF)
+    async def write_handoff(self, inp: c.HandoffInput) -> c.HandoffResult:
+        segment = handoff_segment(inp.node_id)
+        if inp.format == "markdown":
+            markdown = inp.output.get("markdown") if isinstance(inp.output, dict) else None
+            if not isinstance(markdown, str):
+                return c.HandoffResult(error="the Markdown handoff has no `markdown` text")
+            data = markdown.encode()
+            name, media = "HANDOFF.md", "text/markdown"
+        else:
+            data = (json.dumps(inp.output, indent=2, ensure_ascii=False) + "\n").encode()
+            name, media = "HANDOFF.json", "application/json"
+        if len(data) > HANDOFF_LIMIT:
+            return c.HandoffResult(error=f"the handoff is {len(data)} bytes; the limit is 1 MiB")
+        self.store.put_bytes(inp.run_id, f"handoffs/{segment}/{name}", data)
+        return c.HandoffResult(
+            manifest={
+                "format": inp.format,
+                "uri": f"run://handoffs/{segment}/{name}",
+                "mediaType": media,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "sizeBytes": len(data),
+            }
+        )
+
+
+def raise_app(message: str) -> None:
+    """Fail an activity for good with a message a person can act on."""
+    from temporalio.exceptions import ApplicationError
+
+    raise ApplicationError(message, non_retryable=True)
+
+
+__all__ = ["RunActivities", "handoff_segment", "heartbeating", "preview"]

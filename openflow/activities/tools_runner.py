@@ -1,0 +1,102 @@
+"""Runs one tool batch for the `tool_batch` activity: context, locks, budget, cache, events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from openflow import contracts as c
+from openflow.engine.transcript import ToolResult
+
+if TYPE_CHECKING:
+    from openflow.activities.run_activities import RunActivities
+
+#: Variables a tool process may see; everything else in the worker's environment stays out.
+TOOL_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ", "USER", "SHELL")
+
+
+@dataclass
+class BatchRun:
+    results: list[ToolResult]
+    interrupted: bool = False
+    changed_files: list[dict[str, Any]] = field(default_factory=list)
+    reads: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def default_tools() -> Any:
+    """The built-in tool registry."""
+    from openflow.activities.tools.registry import default_registry
+
+    return default_registry()
+
+
+def tool_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment tools run with: a short allow-list, never a provider key."""
+    return {k: env[k] for k in TOOL_ENV_KEYS if k in env}
+
+
+async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
+    """Execute a batch with the worker's shared locks, budget and the run's result cache."""
+    from openflow.activities.tools.base import ToolContext
+    from openflow.activities.tools.cache import ResultCache
+    from openflow.activities.tools.executor import LockTable, execute_batch
+
+    run_dir = acts.store.run_dir(inp.run_id) or Path(inp.execution_dir)
+    events: list[dict[str, Any]] = []
+    cancel = asyncio.Event()
+    live = acts.live
+
+    def publish(event: dict[str, Any]) -> None:
+        if live is not None:
+            live.publish(inp.run_id, event)
+
+    ctx = ToolContext(
+        run_id=inp.run_id,
+        node_id=inp.node_id,
+        execution_dir=Path(inp.execution_dir),
+        run_dir=run_dir,
+        retry_policy=(inp.max_attempts, inp.backoff_ms),
+        emit=events.append,
+        live=publish,
+        cancel=cancel,
+        env=tool_env(dict(os.environ)),
+    )
+    locks = acts._locks.setdefault(inp.run_id, LockTable())
+    cache = acts._caches.setdefault(inp.run_id, ResultCache())
+    work = asyncio.create_task(
+        execute_batch(ctx, inp.calls, acts.tools, locks, acts._budget, cache)
+    )
+    try:
+        outcome = await asyncio.shield(work)
+    except asyncio.CancelledError:
+        cancel.set()
+        with contextlib.suppress(Exception):
+            await work
+        raise
+    return BatchRun(
+        results=list(outcome.results),
+        interrupted=bool(outcome.interrupted),
+        changed_files=[_plain(r) for r in getattr(outcome, "changed_files", [])],
+        reads=[_plain(r) for r in getattr(outcome, "reads", [])],
+        events=events,
+    )
+
+
+def _plain(record: Any) -> dict[str, Any]:
+    if isinstance(record, dict):
+        return record
+    if hasattr(record, "model_dump"):
+        return dict(record.model_dump(mode="json"))
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(record) and not isinstance(record, type):
+        return asdict(record)
+    return dict(vars(record))
+
+
+__all__ = ["BatchRun", "default_tools", "run_batch", "tool_env"]

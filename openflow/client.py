@@ -1,0 +1,284 @@
+"""Runs seen from the outside: start, act, follow, stop, resume and list, over the Temporal client.
+
+The CLI and the HTTP API both speak to runs through this module, so they behave alike.
+
+Errors:
+    RunError            base
+    ├── RunNotFound     no run with that id (for this tenant)
+    ├── ActionRejected  the run refused an action (the engine's reason)
+    └── RunConflict     the run is not in a state that allows the request
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
+
+from openflow import contracts as c
+from openflow.engine.spec import Workflow
+
+SA_STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
+SA_WORKFLOW_ID = SearchAttributeKey.for_keyword(c.SA_WORKFLOW_ID)
+SA_WORKFLOW_NAME = SearchAttributeKey.for_text(c.SA_WORKFLOW_NAME)
+SA_AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
+SA_TENANT = SearchAttributeKey.for_keyword(c.SA_TENANT)
+CLOSED_STATUS = {
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "stopped",
+    WorkflowExecutionStatus.TERMINATED: "failed",
+    WorkflowExecutionStatus.TIMED_OUT: "failed",
+}
+
+
+class RunError(Exception):
+    """Something about a run that the caller can act on."""
+
+
+class RunNotFound(RunError):
+    pass
+
+
+class ActionRejected(RunError):
+    pass
+
+
+class RunConflict(RunError):
+    pass
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    status: str
+    workflow_id: str
+    workflow_name: str
+    awaiting: list[str]
+    tenant: str
+    start_time: str | None
+
+
+def new_run_id() -> str:
+    return f"run-{uuid.uuid4()}"
+
+
+class Runs:
+    """The runs of one tenant ("" when the deployment has none)."""
+
+    def __init__(self, client: Client, task_queue: str, tenant: str = "") -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.tenant = tenant
+
+    # --- start --------------------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: Workflow,
+        entrypoint: str = "",
+        run_id: str | None = None,
+        project_dir: str | None = None,
+        provider_id: str | None = None,
+    ) -> str:
+        """Start a run of `workflow` as it is now; later edits to the file change nothing."""
+        run_id = run_id or new_run_id()
+        attrs = TypedSearchAttributes(
+            [
+                SearchAttributePair(SA_STATUS, "running"),
+                SearchAttributePair(SA_WORKFLOW_ID, workflow.id),
+                SearchAttributePair(SA_WORKFLOW_NAME, workflow.name),
+                SearchAttributePair(SA_AWAITING, []),
+                SearchAttributePair(SA_TENANT, self.tenant),
+            ]
+        )
+        try:
+            await self.client.start_workflow(
+                c.WORKFLOW_NAME,
+                c.RunInput(
+                    run_id=run_id,
+                    workflow=workflow,
+                    entrypoint=entrypoint,
+                    project_dir=project_dir,
+                    provider_id=provider_id,
+                    tenant=self.tenant,
+                ),
+                id=run_id,
+                task_queue=self.task_queue,
+                search_attributes=attrs,
+                static_summary=f"{workflow.name} · {entrypoint[:60]}"
+                if entrypoint
+                else workflow.name,
+            )
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.ALREADY_EXISTS:
+                raise RunConflict(f"a run with id {run_id!r} already exists") from exc
+            raise
+        return run_id
+
+    # --- look ---------------------------------------------------------------------------
+
+    async def handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        """The run's latest execution, checked against the tenant."""
+        handle = self.client.get_workflow_handle(run_id)
+        try:
+            desc = await handle.describe()
+        except RPCError as exc:
+            if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                raise RunNotFound(f"no run {run_id!r}") from exc
+            raise
+        if desc.workflow_type != c.WORKFLOW_NAME:
+            raise RunNotFound(f"no run {run_id!r}")
+        tenant = desc.typed_search_attributes.get(SA_TENANT) or ""
+        if tenant != self.tenant:
+            raise RunNotFound(f"no run {run_id!r}")
+        return handle
+
+    async def state(self, run_id: str) -> dict[str, Any]:
+        handle = await self.handle(run_id)
+        state: dict[str, Any] = await handle.query(c.QUERY_STATE, result_type=dict)
+        return state
+
+    async def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        handle = await self.handle(run_id)
+        events: list[dict[str, Any]] = await handle.query(
+            c.QUERY_EVENTS, {"after": after}, result_type=list
+        )
+        return events
+
+    async def status(self, run_id: str) -> str:
+        handle = await self.handle(run_id)
+        desc = await handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            return desc.typed_search_attributes.get(SA_STATUS) or "running"
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            state = await self.state(run_id)
+            return str(state.get("status", "completed"))
+        return CLOSED_STATUS.get(desc.status, "failed") if desc.status else "failed"
+
+    async def list(
+        self, status: str | None = None, workflow_id: str | None = None, limit: int = 200
+    ) -> list[RunSummary]:
+        """Runs from Temporal's visibility, newest first."""
+        clauses = [f"WorkflowType = '{c.WORKFLOW_NAME}'", f"{c.SA_TENANT} = '{_q(self.tenant)}'"]
+        if status:
+            clauses.append(f"{c.SA_STATUS} = '{_q(status)}'")
+        if workflow_id:
+            clauses.append(f"{c.SA_WORKFLOW_ID} = '{_q(workflow_id)}'")
+        query = " AND ".join(clauses)
+        seen: set[str] = set()
+        out: list[RunSummary] = []
+        async for wf in self.client.list_workflows(query, limit=limit):
+            if wf.id in seen:
+                continue
+            seen.add(wf.id)
+            attrs = wf.typed_search_attributes
+            out.append(
+                RunSummary(
+                    run_id=wf.id,
+                    status=attrs.get(SA_STATUS) or "running",
+                    workflow_id=attrs.get(SA_WORKFLOW_ID) or "",
+                    workflow_name=attrs.get(SA_WORKFLOW_NAME) or "",
+                    awaiting=list(attrs.get(SA_AWAITING) or []),
+                    tenant=attrs.get(SA_TENANT) or "",
+                    start_time=wf.start_time.isoformat() if wf.start_time else None,
+                )
+            )
+        return out
+
+    # --- act ----------------------------------------------------------------------------
+
+    async def act(self, run_id: str, action: c.Action) -> dict[str, Any]:
+        """Apply a human action through the `act` update; a mismatch raises ActionRejected."""
+        handle = await self.handle(run_id)
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            raise ActionRejected(f"run {run_id!r} has ended; resume it first")
+        try:
+            result: dict[str, Any] = await handle.execute_update(
+                c.UPDATE_ACT, action, result_type=dict
+            )
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            message = getattr(cause, "message", None) or str(cause or exc)
+            raise ActionRejected(message) from exc
+        return result
+
+    async def stop(self, run_id: str) -> None:
+        handle = await self.handle(run_id)
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            raise RunConflict(f"run {run_id!r} is not running")
+        await handle.cancel()
+
+    async def resume(self, run_id: str) -> str:
+        """Start a new execution of a stopped or failed run from its checkpoint."""
+        handle = await self.handle(run_id)
+        desc = await handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            raise RunConflict(
+                f"run {run_id!r} is still live; answer its pauses instead of resuming it"
+            )
+        checkpoint = await handle.query(c.QUERY_CHECKPOINT, result_type=dict)
+        if not checkpoint or not checkpoint.get("snapshot"):
+            raise RunConflict(f"run {run_id!r} has no checkpoint to resume from")
+        status = checkpoint["snapshot"].get("status")
+        if status == "completed":
+            raise RunConflict(f"run {run_id!r} completed; completed runs can only be replayed")
+        inp = c.RunInput.model_validate(checkpoint["input"])
+        inp = inp.model_copy(
+            update={
+                "snapshot": checkpoint["snapshot"],
+                "resume": True,
+                "events": checkpoint.get("events", []),
+                "pending_intents": [],
+            }
+        )
+        inp = c.RunInput.model_validate(inp.model_dump(mode="json"))
+        attrs = TypedSearchAttributes(
+            [
+                SearchAttributePair(SA_STATUS, "running"),
+                SearchAttributePair(SA_WORKFLOW_ID, inp.workflow.id),
+                SearchAttributePair(SA_WORKFLOW_NAME, inp.workflow.name),
+                SearchAttributePair(SA_AWAITING, []),
+                SearchAttributePair(SA_TENANT, self.tenant),
+            ]
+        )
+        await self.client.start_workflow(
+            c.WORKFLOW_NAME,
+            inp,
+            id=run_id,
+            task_queue=self.task_queue,
+            search_attributes=attrs,
+        )
+        return run_id
+
+
+def action_from(kind: str, payload: Mapping[str, Any]) -> c.Action:
+    return c.Action.model_validate({"kind": kind, **payload})
+
+
+def _q(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+__all__ = [
+    "ActionRejected",
+    "RunConflict",
+    "RunError",
+    "RunNotFound",
+    "RunSummary",
+    "Runs",
+    "action_from",
+    "new_run_id",
+]

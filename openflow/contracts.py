@@ -1,0 +1,193 @@
+"""What crosses Temporal: the workflow's input and result and every activity's input and output.
+
+These travel through history, so they are durable contracts: add optional fields with
+defaults; never rename or remove one. Activity and handler names are explicit and fixed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
+from openflow.engine.spec import Workflow
+from openflow.engine.state import (
+    Intent,
+    RunSnapshot,
+    ToolResultSummary,
+    TranscriptDelta,
+)
+from openflow.engine.transcript import ToolCall
+
+WORKFLOW_NAME = "OpenFlowRun"
+ACTIVITY_PREPARE = "prepare_run"
+ACTIVITY_MODEL_TURN = "model_turn"
+ACTIVITY_TOOL_BATCH = "tool_batch"
+ACTIVITY_HANDOFF = "write_handoff"
+
+SIGNAL_INPUT = "submit_user_input"
+SIGNAL_APPROVAL = "submit_tool_approval"
+SIGNAL_RETRY = "retry_node"
+SIGNAL_MESSAGE = "send_message"
+UPDATE_ACT = "act"
+QUERY_STATE = "state"
+QUERY_EVENTS = "events"
+QUERY_CHECKPOINT = "checkpoint"
+
+SA_STATUS = "OpenFlowStatus"
+SA_WORKFLOW_ID = "OpenFlowWorkflowId"
+SA_WORKFLOW_NAME = "OpenFlowWorkflowName"
+SA_AWAITING = "OpenFlowAwaiting"
+SA_TENANT = "OpenFlowTenant"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class RunInput(_Model):
+    """How a run starts (or continues as new, or resumes from a checkpoint)."""
+
+    run_id: str
+    workflow: Workflow
+    entrypoint: str = ""
+    project_dir: str | None = None
+    provider_id: str | None = None
+    tenant: str = ""
+    profiles: dict[str, dict[str, Any]] | None = None
+    active_provider: str | None = None
+    snapshot: RunSnapshot | None = None
+    resume: bool = False
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    pending_intents: list[Intent] = Field(default_factory=list)
+    headers_sent: list[str] = Field(default_factory=list)
+    execution_dir: str | None = None
+    continue_after_events: int | None = None
+
+
+class RunResult(_Model):
+    run_id: str
+    status: Literal["completed", "failed", "stopped"]
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    snapshot: RunSnapshot | None = None
+
+
+class PrepareInput(_Model):
+    run_id: str
+    workflow: Workflow
+    project_dir: str | None = None
+    provider_id: str | None = None
+
+
+class PrepareResult(_Model):
+    """The workflow as the run will see it, the profiles it keeps (without keys), the tools."""
+
+    workflow: Workflow
+    profiles: dict[str, dict[str, Any]]
+    active_provider: str
+    tool_names: list[str]
+    execution_dir: str
+
+
+class ModelTurnInput(_Model):
+    run_id: str
+    call_id: str
+    node_id: str
+    model_attempt: int
+    turn_index: int
+    header_digest: str
+    header: AgentRequest | None = None
+    delta: TranscriptDelta
+    provider_id: str
+    profile: dict[str, Any]
+
+
+class ModelTurnResult(_Model):
+    reply: ModelReply | None = None
+    failure: ProviderFailure | None = None
+    reply_key: str = ""
+    persisted_len: int | None = None
+
+
+class ToolBatchInput(_Model):
+    run_id: str
+    batch_id: str
+    node_id: str
+    calls: list[ToolCall]
+    execution_dir: str
+    side_effects: bool
+    max_attempts: int = 3
+    backoff_ms: int = 1000
+
+
+class ToolBatchResult(_Model):
+    results: list[ToolResultSummary]
+    store_key: str
+    interrupted: bool = False
+    changed_files: list[dict[str, Any]] = Field(default_factory=list)
+    reads: list[dict[str, Any]] = Field(default_factory=list)
+    events: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class HandoffInput(_Model):
+    run_id: str
+    node_id: str
+    format: Literal["json", "markdown"]
+    output: Any
+
+
+class HandoffResult(_Model):
+    manifest: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class Action(_Model):
+    """One human action, as the `act` update and the signals carry it (CONTRACT 7)."""
+
+    kind: Literal["input", "approval", "retry", "message"]
+    node_id: str | None = None
+    text: str | None = None
+    approval_id: str | None = None
+    allow: bool | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class EventsQuery(_Model):
+    after: int = 0
+
+
+__all__ = [
+    "ACTIVITY_HANDOFF",
+    "ACTIVITY_MODEL_TURN",
+    "ACTIVITY_PREPARE",
+    "ACTIVITY_TOOL_BATCH",
+    "Action",
+    "EventsQuery",
+    "HandoffInput",
+    "HandoffResult",
+    "ModelTurnInput",
+    "ModelTurnResult",
+    "PrepareInput",
+    "PrepareResult",
+    "QUERY_CHECKPOINT",
+    "QUERY_EVENTS",
+    "QUERY_STATE",
+    "RunInput",
+    "RunResult",
+    "SA_AWAITING",
+    "SA_STATUS",
+    "SA_TENANT",
+    "SA_WORKFLOW_ID",
+    "SA_WORKFLOW_NAME",
+    "SIGNAL_APPROVAL",
+    "SIGNAL_INPUT",
+    "SIGNAL_MESSAGE",
+    "SIGNAL_RETRY",
+    "ToolBatchInput",
+    "ToolBatchResult",
+    "UPDATE_ACT",
+    "WORKFLOW_NAME",
+]

@@ -1,0 +1,118 @@
+"""The worker: hosts OpenFlowRun and its activities on a task queue."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from openflow.activities.run_activities import RunActivities
+from openflow.activities.store import FileRunStore, RunStore
+from openflow.engine.errors import EngineError
+from openflow.live import FileLiveChannel, LiveChannel
+from openflow.workflows.run import EngineFault, OpenFlowRun
+
+#: Bugs in engine or workflow code fail the run visibly instead of retrying its task forever.
+FAILURE_TYPES: list[type[BaseException]] = [
+    EngineFault,
+    EngineError,
+    pydantic.ValidationError,
+    AssertionError,
+    AttributeError,
+    KeyError,
+    IndexError,
+    TypeError,
+    ValueError,
+]
+
+
+def sandbox_runner() -> SandboxedWorkflowRunner:
+    """The workflow sandbox, with the deterministic engine passed through once."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(
+            "openflow", "pydantic", "pydantic_core", "jsonschema", "networkx", "referencing"
+        )
+    )
+
+
+def make_activities(
+    home: Path,
+    store: RunStore | None = None,
+    live: LiveChannel | None = None,
+    env: Mapping[str, str] | None = None,
+    provider_factory: Any = None,
+) -> RunActivities:
+    """The run activities with the default store, live channel, tools and providers."""
+    from openflow.activities.tools_runner import default_tools
+
+    if provider_factory is None:
+        provider_factory = _default_provider_factory()
+    runs = home / "runs"
+    return RunActivities(
+        home=home,
+        store=store or FileRunStore(runs),
+        live=live if live is not None else FileLiveChannel(runs),
+        tools=default_tools(),
+        provider_factory=provider_factory,
+        env=env,
+    )
+
+
+def _default_provider_factory() -> Any:
+    try:
+        from openflow.activities.providers.registry import provider_for
+    except ImportError:
+        return None
+    return provider_for
+
+
+def build_worker(
+    client: Client,
+    task_queue: str,
+    home: Path,
+    activities: RunActivities | None = None,
+    max_concurrent_activities: int = 64,
+) -> Worker:
+    """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds."""
+    acts = activities or make_activities(home)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[OpenFlowRun],
+        activities=acts.all(),
+        activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=8),
+        workflow_runner=sandbox_runner(),
+        workflow_failure_exception_types=FAILURE_TYPES,
+        max_concurrent_activities=max_concurrent_activities,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        graceful_shutdown_timeout=timedelta(seconds=2),
+    )
+
+
+async def connect(address: str, namespace: str = "default") -> Client:
+    """A client that speaks the project's pydantic payloads."""
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter
+    )
+
+
+def worker_home() -> Path:
+    from openflow.paths import openflow_home
+
+    return openflow_home()
+
+
+def env_without_secrets() -> dict[str, str]:
+    return dict(os.environ)
+
+
+__all__ = ["FAILURE_TYPES", "build_worker", "connect", "make_activities", "sandbox_runner"]

@@ -1,0 +1,564 @@
+"""`OpenFlowRun`: the Temporal shell around the engine.
+
+The workflow holds no business rules. It feeds facts (activity results, human actions, timers,
+cancellation) to `advance`, runs every intent of the plan concurrently, records the plan's
+events for the `events` and `state` queries, and keeps search attributes current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import TypeAdapter
+
+    from openflow import contracts as c
+    from openflow.engine import advance as engine
+    from openflow.engine.errors import EngineError
+    from openflow.engine.events import RunEvent
+    from openflow.engine.projection import WorkflowRunState, apply_event, initial_state
+    from openflow.engine.request import ProviderFailure
+    from openflow.engine.state import (
+        ApprovalDecided,
+        CallModel,
+        CancelRequested,
+        CancelWork,
+        Fact,
+        HandoffStored,
+        InputGiven,
+        Intent,
+        MessageSent,
+        ModelFailed,
+        ModelReplied,
+        Plan,
+        RetryRequested,
+        RunSnapshot,
+        RunTools,
+        SleepUntil,
+        TimerFired,
+        ToolResultSummary,
+        ToolsFinished,
+        ToolsOutcomeUnknown,
+        WriteHandoff,
+    )
+
+_EVENT = TypeAdapter(RunEvent)
+STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
+AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
+
+MODEL_TIMEOUT = timedelta(minutes=30)
+TOOL_TIMEOUT = timedelta(hours=2)
+HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+HISTORY_EVENTS_LIMIT = 20_000
+NO_RETRY = RetryPolicy(maximum_attempts=1)
+
+
+class EngineFault(ApplicationError):
+    """A bug in engine or workflow code: fails the run instead of retrying the task forever."""
+
+
+def _action_fact(action: c.Action) -> InputGiven | ApprovalDecided | RetryRequested | MessageSent:
+    if action.kind == "input":
+        return InputGiven(node_id=action.node_id or "", text=action.text or "")
+    if action.kind == "approval":
+        return ApprovalDecided(
+            approval_id=action.approval_id or "", allow=bool(action.allow), reason=action.reason
+        )
+    if action.kind == "retry":
+        return RetryRequested(node_id=action.node_id or "", message=action.message)
+    return MessageSent(node_id=action.node_id or "", text=action.text or "")
+
+
+@workflow.defn(name=c.WORKFLOW_NAME)
+class OpenFlowRun:
+    """One OpenFlow run: a durable host for the engine."""
+
+    def __init__(self) -> None:
+        self._facts: list[Fact] = []
+        self._events: list[dict[str, Any]] = []
+        self._state: WorkflowRunState | None = None
+        self._snapshot: RunSnapshot | None = None
+        self._status = "running"
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._timers: dict[str, asyncio.Task[None]] = {}
+        self._unstarted: list[Intent] = []
+        self._headers_sent: set[str] = set()
+        self._input: c.RunInput | None = None
+        self._applied = 0
+        self._received = 0
+        self._profiles: dict[str, dict[str, Any]] = {}
+        self._active_provider = "scripted"
+        self._execution_dir = ""
+        self._last_attrs: tuple[str, tuple[str, ...]] | None = None
+
+    # --- the run ------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: c.RunInput) -> c.RunResult:
+        self._input = inp
+        self._events = list(inp.events)
+        self._headers_sent = set(inp.headers_sent)
+        self._state = initial_state(
+            inp.workflow.id,
+            inp.run_id,
+            [n.id for n in inp.workflow.nodes],
+            inp.workflow.settings.plan_mode.evidence_source_node_id
+            if inp.workflow.settings.plan_mode
+            else None,
+        )
+        for data in self._events:
+            self._state = apply_event(self._state, _EVENT.validate_python(data))
+        now = self._now()
+        plan: Plan
+        if inp.snapshot is None:
+            prepared = await workflow.execute_activity(
+                c.ACTIVITY_PREPARE,
+                c.PrepareInput(
+                    run_id=inp.run_id,
+                    workflow=inp.workflow,
+                    project_dir=inp.project_dir,
+                    provider_id=inp.provider_id,
+                ),
+                result_type=c.PrepareResult,
+                start_to_close_timeout=timedelta(minutes=2),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="prepare run",
+            )
+            self._profiles = prepared.profiles
+            self._active_provider = prepared.active_provider
+            self._execution_dir = prepared.execution_dir
+            plan = engine.start(
+                prepared.workflow,
+                inp.run_id,
+                now,
+                entrypoint_text=inp.entrypoint,
+                execution_dir=prepared.execution_dir,
+                project_root=inp.project_dir,
+                tool_names=prepared.tool_names,
+            )
+        else:
+            self._profiles = inp.profiles or {}
+            self._active_provider = inp.active_provider or "scripted"
+            self._execution_dir = inp.execution_dir or inp.snapshot.execution_dir
+            if inp.resume:
+                plan = engine.resume(inp.snapshot, now)
+            else:
+                plan = Plan(snapshot=inp.snapshot, status=inp.snapshot.status)
+                self._snapshot = inp.snapshot
+                self._status = inp.snapshot.status
+        self._apply(plan, list(inp.pending_intents))
+        while True:
+            if self._snapshot is not None and self._snapshot.finished:
+                break
+            if self._should_continue_as_new():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._continue_as_new()
+            try:
+                await workflow.wait_condition(lambda: bool(self._facts))
+            except asyncio.CancelledError:
+                self._facts.append(CancelRequested())
+            self._step()
+        await self._settle_cancelled_work()
+        return self._result()
+
+    def _now(self) -> int:
+        return int(workflow.now().timestamp() * 1000)
+
+    def _step(self) -> None:
+        facts, self._facts = self._facts, []
+        assert self._snapshot is not None
+        try:
+            plan = engine.advance(self._snapshot, facts, self._now())
+        except (EngineError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise EngineFault(
+                f"engine fault while applying {[f.kind for f in facts]}: {exc}",
+                type="EngineFault",
+                non_retryable=True,
+            ) from exc
+        self._applied += sum(
+            1
+            for f in facts
+            if isinstance(f, InputGiven | ApprovalDecided | RetryRequested | MessageSent)
+        )
+        self._apply(plan, [])
+
+    def _apply(self, plan: Plan, carried: list[Intent]) -> None:
+        self._snapshot = plan.snapshot
+        self._status = plan.status
+        assert self._state is not None
+        for event in plan.events:
+            self._events.append(event.model_dump(mode="json"))
+            self._state = apply_event(self._state, event)
+        for intent in [*carried, *plan.intents]:
+            self._start(intent)
+        self._update_visibility(plan)
+
+    def _update_visibility(self, plan: Plan) -> None:
+        awaiting = plan.awaiting
+        nodes: set[str] = set(awaiting.inputs) | set(awaiting.retryables)
+        for batch_id in awaiting.approvals:
+            batch = plan.snapshot.batches.get(batch_id)
+            if batch is not None:
+                nodes.add(batch.node_id)
+        attrs = (self._status, tuple(sorted(nodes)))
+        if attrs != self._last_attrs:
+            self._last_attrs = attrs
+            workflow.upsert_search_attributes(
+                [STATUS.value_set(attrs[0]), AWAITING.value_set(list(attrs[1]))]
+            )
+        if plan.done:
+            details = f"{self._status}"
+        elif awaiting.any:
+            parts = []
+            if awaiting.inputs:
+                parts.append("input from " + ", ".join(awaiting.inputs))
+            if awaiting.approvals:
+                parts.append("approval of " + ", ".join(awaiting.approvals))
+            if awaiting.retryables:
+                parts.append("a retry of " + ", ".join(awaiting.retryables))
+            details = "waiting for " + "; ".join(parts)
+        else:
+            running = sorted(n for n, ns in plan.snapshot.nodes.items() if ns.in_flight is not None)
+            details = "running " + ", ".join(running) if running else "running tools"
+        workflow.set_current_details(details)
+
+    # --- intents ------------------------------------------------------------------------
+
+    def _start(self, intent: Intent) -> None:
+        if isinstance(intent, CallModel):
+            self._spawn(intent.call_id, self._model_turn(intent))
+        elif isinstance(intent, RunTools):
+            self._spawn(intent.batch_id, self._tool_batch(intent))
+        elif isinstance(intent, WriteHandoff):
+            self._spawn(f"handoff:{intent.node_id}", self._handoff(intent))
+        elif isinstance(intent, SleepUntil):
+            key = f"timer:{intent.node_id}"
+            old = self._timers.pop(key, None)
+            if old is not None:
+                old.cancel()
+            self._timers[key] = asyncio.create_task(self._sleep(intent))
+        elif isinstance(intent, CancelWork):
+            for work_id in intent.ids:
+                task = self._tasks.get(work_id)
+                if task is not None and not task.done():
+                    task.cancel()
+            for timer in self._timers.values():
+                timer.cancel()
+
+    def _spawn(self, work_id: str, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks[work_id] = task
+        task.add_done_callback(lambda _t, key=work_id: self._tasks.pop(key, None))
+
+    async def _sleep(self, intent: SleepUntil) -> None:
+        delay = max(intent.wake_at_ms - self._now(), 0)
+        try:
+            await workflow.sleep(
+                timedelta(milliseconds=delay), summary=f"backoff · {intent.node_id}"
+            )
+        except asyncio.CancelledError:
+            return
+        self._facts.append(TimerFired(node_id=intent.node_id))
+
+    async def _model_turn(self, intent: CallModel) -> None:
+        request = intent.request
+        header = request.model_copy(update={"turn_index": 0})
+        digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()
+        provider_id = request.provider_id or self._active_provider
+        profile = self._profiles.get(provider_id, {})
+        inline = digest not in self._headers_sent
+        arg = c.ModelTurnInput(
+            run_id=request.run_id,
+            call_id=intent.call_id,
+            node_id=request.node_id,
+            model_attempt=intent.model_attempt,
+            turn_index=request.turn_index,
+            header_digest=digest,
+            header=header if inline else None,
+            delta=intent.delta,
+            provider_id=provider_id,
+            profile=profile,
+        )
+        try:
+            result = await workflow.execute_activity(
+                c.ACTIVITY_MODEL_TURN,
+                arg,
+                result_type=c.ModelTurnResult,
+                start_to_close_timeout=MODEL_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=NO_RETRY,
+                cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+                summary=f"model turn · {intent.node_id} · attempt {intent.model_attempt}",
+            )
+        except ActivityError as exc:
+            self._headers_sent.discard(digest)
+            self._facts.append(
+                ModelFailed(
+                    call_id=intent.call_id,
+                    node_id=intent.node_id,
+                    failure=ProviderFailure(
+                        kind="transient", message=f"model turn did not finish: {exc.cause or exc}"
+                    ),
+                    lost=True,
+                )
+            )
+            return
+        except asyncio.CancelledError:
+            return
+        self._headers_sent.add(digest)
+        if result.reply is not None:
+            self._facts.append(
+                ModelReplied(
+                    call_id=intent.call_id,
+                    node_id=intent.node_id,
+                    reply=result.reply,
+                    reply_key=result.reply_key,
+                    persisted_len=result.persisted_len,
+                )
+            )
+        else:
+            failure = result.failure or ProviderFailure(kind="failed", message="no reply")
+            self._facts.append(
+                ModelFailed(
+                    call_id=intent.call_id,
+                    node_id=intent.node_id,
+                    failure=failure,
+                    persisted_len=result.persisted_len,
+                )
+            )
+
+    async def _tool_batch(self, intent: RunTools) -> None:
+        assert self._snapshot is not None
+        policy = self._snapshot.workflow.settings.retry_policy
+        names = ", ".join(dict.fromkeys(call.name for call in intent.calls))
+        first_path = next(
+            (
+                str(call.arguments.get("path"))
+                for call in intent.calls
+                if call.arguments.get("path")
+            ),
+            "",
+        )
+        summary = f"tools · {names}" + (f" {first_path}" if first_path else "")
+        arg = c.ToolBatchInput(
+            run_id=self._snapshot.run_id,
+            batch_id=intent.batch_id,
+            node_id=intent.node_id,
+            calls=list(intent.calls),
+            execution_dir=self._execution_dir,
+            side_effects=intent.side_effects,
+            max_attempts=policy.max_attempts,
+            backoff_ms=policy.backoff_ms,
+        )
+        retry = NO_RETRY if intent.side_effects else RetryPolicy(maximum_attempts=3)
+        try:
+            result = await workflow.execute_activity(
+                c.ACTIVITY_TOOL_BATCH,
+                arg,
+                result_type=c.ToolBatchResult,
+                start_to_close_timeout=TOOL_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=retry,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=summary[:200],
+            )
+        except ActivityError as exc:
+            if intent.side_effects:
+                self._facts.append(
+                    ToolsOutcomeUnknown(batch_id=intent.batch_id, reason=str(exc.cause or exc))
+                )
+            else:
+                self._facts.append(
+                    ToolsFinished(
+                        batch_id=intent.batch_id,
+                        results=tuple(
+                            ToolResultSummary(
+                                tool_call_id=call.id,
+                                tool_name=call.name,
+                                content=f"[failed] {call.name} could not run: the tool worker "
+                                "did not answer",
+                                is_error=True,
+                            )
+                            for call in intent.calls
+                        ),
+                    )
+                )
+            return
+        except asyncio.CancelledError:
+            return
+        self._facts.append(
+            ToolsFinished(
+                batch_id=intent.batch_id,
+                results=tuple(result.results),
+                store_key=result.store_key,
+                interrupted=result.interrupted,
+                changed_files=tuple(result.changed_files),
+                reads=tuple(result.reads),
+                events=tuple(result.events),
+            )
+        )
+
+    async def _handoff(self, intent: WriteHandoff) -> None:
+        assert self._snapshot is not None
+        try:
+            result = await workflow.execute_activity(
+                c.ACTIVITY_HANDOFF,
+                c.HandoffInput(
+                    run_id=self._snapshot.run_id,
+                    node_id=intent.node_id,
+                    format=intent.format,
+                    output=intent.output,
+                ),
+                result_type=c.HandoffResult,
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                summary=f"handoff · {intent.node_id}",
+            )
+        except ActivityError as exc:
+            self._facts.append(HandoffStored(node_id=intent.node_id, error=str(exc.cause or exc)))
+            return
+        except asyncio.CancelledError:
+            return
+        self._facts.append(
+            HandoffStored(node_id=intent.node_id, manifest=result.manifest, error=result.error)
+        )
+
+    async def _settle_cancelled_work(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        pending = [t for t in self._tasks.values() if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # --- continue-as-new ----------------------------------------------------------------
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        if self._tasks or self._timers and any(not t.done() for t in self._timers.values()):
+            return False
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() > (
+            HISTORY_EVENTS_LIMIT
+        )
+
+    def _continue_as_new(self) -> None:
+        assert self._input is not None and self._snapshot is not None
+        workflow.continue_as_new(
+            c.RunInput(
+                run_id=self._input.run_id,
+                workflow=self._snapshot.workflow,
+                entrypoint=self._input.entrypoint,
+                project_dir=self._input.project_dir,
+                provider_id=self._input.provider_id,
+                tenant=self._input.tenant,
+                profiles=self._profiles,
+                active_provider=self._active_provider,
+                snapshot=self._snapshot,
+                events=self._events,
+                headers_sent=sorted(self._headers_sent),
+                execution_dir=self._execution_dir,
+            )
+        )
+
+    def _result(self) -> c.RunResult:
+        assert self._snapshot is not None
+        status = self._snapshot.status
+        outputs = {n: ns.output for n, ns in sorted(self._snapshot.nodes.items()) if ns.has_output}
+        return c.RunResult(
+            run_id=self._snapshot.run_id,
+            status=status if status in ("completed", "failed", "stopped") else "failed",  # type: ignore[arg-type]
+            outputs=outputs,
+            error=self._snapshot.terminal_error,
+            snapshot=self._snapshot,
+        )
+
+    # --- people -------------------------------------------------------------------------
+
+    def _receive(self, action: c.Action) -> None:
+        self._received += 1
+        self._facts.append(_action_fact(action))
+
+    @workflow.signal(name=c.SIGNAL_INPUT)
+    def submit_user_input(self, payload: dict[str, Any]) -> None:
+        self._receive(c.Action(kind="input", **_fields(payload, "node_id", "text")))
+
+    @workflow.signal(name=c.SIGNAL_APPROVAL)
+    def submit_tool_approval(self, payload: dict[str, Any]) -> None:
+        self._receive(
+            c.Action(kind="approval", **_fields(payload, "approval_id", "allow", "reason"))
+        )
+
+    @workflow.signal(name=c.SIGNAL_RETRY)
+    def retry_node(self, payload: dict[str, Any]) -> None:
+        self._receive(c.Action(kind="retry", **_fields(payload, "node_id", "message")))
+
+    @workflow.signal(name=c.SIGNAL_MESSAGE)
+    def send_message(self, payload: dict[str, Any]) -> None:
+        self._receive(c.Action(kind="message", **_fields(payload, "node_id", "text")))
+
+    @workflow.update(name=c.UPDATE_ACT)
+    async def act(self, action: c.Action) -> dict[str, Any]:
+        self._receive(action)
+        target = self._received
+        await workflow.wait_condition(lambda: self._applied >= target or self._finished())
+        return {"accepted": True, "status": self._status}
+
+    @act.validator
+    def _validate_act(self, action: c.Action) -> None:
+        if self._snapshot is None:
+            raise ValueError("the run is still starting; try again in a moment")
+        reason = engine.check(self._snapshot, _action_fact(action))
+        if reason is not None:
+            raise ValueError(reason)
+
+    def _finished(self) -> bool:
+        return self._snapshot is not None and self._snapshot.finished
+
+    @workflow.query(name=c.QUERY_STATE)
+    def state(self) -> dict[str, Any]:
+        assert self._state is not None
+        data = self._state.as_json()
+        data["status"] = self._status
+        return data
+
+    @workflow.query(name=c.QUERY_CHECKPOINT)
+    def checkpoint(self) -> dict[str, Any]:
+        """The latest snapshot with what a resume needs to continue from it."""
+        if self._input is None or self._snapshot is None:
+            return {}
+        base = self._input.model_copy(
+            update={
+                "profiles": self._profiles,
+                "active_provider": self._active_provider,
+                "execution_dir": self._execution_dir,
+                "workflow": self._snapshot.workflow,
+                "snapshot": None,
+                "events": [],
+                "pending_intents": [],
+            }
+        )
+        return {
+            "input": base.model_dump(mode="json"),
+            "snapshot": self._snapshot.model_dump(mode="json"),
+            "events": self._events,
+        }
+
+    @workflow.query(name=c.QUERY_EVENTS)
+    def events(self, query: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        after = int((query or {}).get("after", 0) or 0)
+        return [e for e in self._events if int(e.get("seq", 0)) > after]
+
+
+def _fields(payload: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: payload.get(name) for name in names if name in payload}
+
+
+__all__ = ["EngineFault", "OpenFlowRun"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
@@ -456,7 +457,7 @@ def _parse_json(text: str | bytes) -> object:
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8-sig")
-        return json.loads(text)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except UnicodeDecodeError as exc:
         raise WorkflowFormatError(
             f"not valid JSON: the file is not UTF-8 text (byte {exc.start}) — save it as UTF-8"
@@ -465,8 +466,25 @@ def _parse_json(text: str | bytes) -> object:
         raise WorkflowFormatError(
             f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
         ) from None
+    except _NonFiniteNumber as exc:
+        raise WorkflowFormatError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise WorkflowFormatError("not valid JSON: nested too deeply to read") from None
+
+
+class _NonFiniteNumber(ValueError):
+    """JSON has no NaN or Infinity; Python's reader accepts them unless told not to."""
+
+
+def _reject_constant(name: str) -> float:
+    raise _NonFiniteNumber(f"{name} is not a JSON number — use a finite number or null")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFiniteNumber(f"{text} is too large for a JSON number — use a smaller number")
+    return value
 
 
 def _validate(model: type[_M], data: dict[str, Any], what: str) -> _M:

@@ -1,0 +1,437 @@
+"""The file tools: `read`, `ls`, `write` and `edit` (spec 4.6, 4.7)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from openflow.activities.tools.base import (
+    FILE_MUTATION_KEY,
+    Failed,
+    InvalidArgs,
+    NotFound,
+    ReadRecord,
+    ThreadTool,
+    ToolContext,
+    ToolOutput,
+)
+from openflow.activities.tools.files import (
+    atomic_write,
+    decode,
+    diff_summary,
+    file_change,
+    is_binary,
+    outline,
+    read_bytes_or_none,
+    split_lines,
+    stamp_of,
+)
+from openflow.activities.tools.sandbox import Sandbox
+from openflow.activities.tools.spill import find_artifact
+
+READ_LINE_CAP = 3000
+LS_ENTRY_CAP = 2000
+PLAN_URI = "run://PLAN.md"
+PLAN_FILE = "PLAN.md"
+HANDOFF_NAMES = frozenset({"HANDOFF.md", "HANDOFF.json"})
+
+_SELECTOR = re.compile(r"^(?P<base>.+?):(?:(?P<raw>raw)|(?P<start>\d+)(?:-(?P<end>\d*))?)$")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_HANDOFF_SEGMENT = re.compile(r"^(?:[A-Za-z0-9_.-]|%[0-9A-Fa-f]{2})+$")
+
+_PATH_SCHEMA = {
+    "type": "string",
+    "description": (
+        "File or directory relative to the execution folder. Selectors: 'path:START-END' "
+        "(1-based lines, END optional), 'path:raw' (no line numbers). Also 'artifact:{id}', "
+        "'run://handoffs/{node}/HANDOFF.md|json' and 'run://PLAN.md'."
+    ),
+}
+
+
+class Selector:
+    """How much of a text to show: a line range, or the raw text."""
+
+    def __init__(self, raw: bool = False, start: int | None = None, end: int | None = None):
+        self.raw = raw
+        self.start = start
+        self.end = end
+
+
+def split_selector(text: str) -> tuple[str, Selector]:
+    """Split `path:10-20` / `path:raw` into the path and its selector."""
+    match = _SELECTOR.match(text)
+    if not match:
+        return text, Selector()
+    if match.group("raw"):
+        return match.group("base"), Selector(raw=True)
+    start = int(match.group("start"))
+    end_text = match.group("end")
+    end = int(end_text) if end_text else None
+    return match.group("base"), Selector(start=start, end=end)
+
+
+def render_text(text: str, selector: Selector, shown_as: str, tool: str = "read") -> str:
+    """Numbered lines (`{n}\\t{line}`), at most 3000 per call, or the raw text."""
+    if selector.raw:
+        return text
+    lines = split_lines(text)
+    total = len(lines)
+    if total == 0:
+        return f"[{shown_as} is empty]"
+    start = selector.start or 1
+    if start < 1:
+        raise InvalidArgs(tool, "line numbers start at 1", f"read '{shown_as}:1-{total}'")
+    if start > total:
+        raise InvalidArgs(
+            tool,
+            f"line {start} is past the end of {shown_as} ({total} lines)",
+            f"pick a range within 1-{total}",
+        )
+    end = total if selector.end is None else min(selector.end, total)
+    if end < start:
+        raise InvalidArgs(
+            tool, f"line range {start}-{end} is empty", "give END greater than or equal to START"
+        )
+    end = min(end, start + READ_LINE_CAP - 1)
+    body = "\n".join(f"{n}\t{lines[n - 1]}" for n in range(start, end + 1))
+    if end < total and (selector.end is None or end < selector.end):
+        body += (
+            f"\n[showing lines {start}-{end} of {total}; read '{shown_as}:{end + 1}-' for the rest]"
+        )
+    return body
+
+
+def _text_of(data: bytes, shown_as: str) -> str:
+    if is_binary(data):
+        raise Failed(
+            f"{shown_as} is a binary file ({len(data)} bytes) — inspect it with bash "
+            "(e.g. `file` or `xxd | head`)"
+        )
+    return decode(data)
+
+
+def list_directory(real: Path, shown_as: str) -> str:
+    """One entry a line, directories with a trailing `/`, symlinks with `@`."""
+    entries = sorted(real.iterdir(), key=lambda p: p.name)
+    if not entries:
+        return f"[{shown_as} is an empty directory]"
+    lines = []
+    for entry in entries[:LS_ENTRY_CAP]:
+        if entry.is_symlink():
+            lines.append(f"{entry.name}@")
+        elif entry.is_dir():
+            lines.append(f"{entry.name}/")
+        else:
+            lines.append(entry.name)
+    if len(entries) > LS_ENTRY_CAP:
+        lines.append(
+            f"[{LS_ENTRY_CAP} of {len(entries)} entries shown — use find with a glob to narrow]"
+        )
+    return "\n".join(lines)
+
+
+def plan_path(ctx: ToolContext) -> Path:
+    """Where the plan draft `run://PLAN.md` lives: `artifacts/PLAN.md` of the run."""
+    return ctx.artifacts_dir / PLAN_FILE
+
+
+class ReadTool(ThreadTool):
+    name = "read"
+    description = (
+        "Read a file (numbered lines, at most 3000 per call; use 'path:START-END' for more or "
+        "'path:raw' for the text without numbers), list a directory, or read an artifact "
+        "('artifact:{id}'), a node handoff ('run://handoffs/{node}/HANDOFF.md') or the plan "
+        "draft ('run://PLAN.md')."
+    )
+    parameters = {"type": "object", "properties": {"path": _PATH_SCHEMA}, "required": ["path"]}
+    tier = "read"
+    concurrency = "shared"
+
+    def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        target = args["path"]
+        if not isinstance(target, str) or not target.strip():
+            raise InvalidArgs(self.name, "'path' must be a non-empty string", "e.g. 'src/app.py'")
+        target = target.strip()
+        if target.startswith("artifact:"):
+            return self._read_artifact(ctx, target)
+        if target.startswith("run://"):
+            return self._read_run_uri(ctx, target)
+        if _URL.match(target):
+            raise Failed(
+                "URL reads are not available on this worker — fetch it with bash "
+                "(e.g. curl) if the network is reachable"
+            )
+        return self._read_local(ctx, target)
+
+    def _read_artifact(self, ctx: ToolContext, target: str) -> ToolOutput:
+        ident, selector = split_selector(target[len("artifact:") :])
+        path = find_artifact(ctx.artifacts_dir, ident)
+        if path is None:
+            raise NotFound(
+                f"artifact {ident!r} does not exist in this run",
+                "use the exact id from the marker line, e.g. artifact:{uuid}",
+            )
+        text = _text_of(path.read_bytes(), f"artifact:{ident}")
+        return ToolOutput(content=render_text(text, selector, f"artifact:{ident}"))
+
+    def _read_run_uri(self, ctx: ToolContext, target: str) -> ToolOutput:
+        uri, selector = split_selector(target)
+        path = resolve_run_uri(ctx, uri)
+        data = read_bytes_or_none(path)
+        if data is None:
+            raise NotFound(
+                f"{uri!r} does not exist yet",
+                "check the upstream handoff manifest in your input for the exact URI",
+            )
+        return ToolOutput(content=render_text(_text_of(data, uri), selector, uri))
+
+    def _read_local(self, ctx: ToolContext, target: str) -> ToolOutput:
+        sandbox = Sandbox(ctx.execution_dir)
+        whole = sandbox.resolve(target, self.name)
+        if whole.real.exists():
+            resolved, selector = whole, Selector()
+        else:
+            base, selector = split_selector(target)
+            resolved = sandbox.resolve(base, self.name) if base != target else whole
+        if resolved.real.is_dir():
+            listing = list_directory(resolved.real, resolved.rel)
+            return ToolOutput(content=listing, cacheable=True)
+        if not resolved.real.exists():
+            raise NotFound(
+                f"{resolved.rel!r} does not exist",
+                "check the path with ls or find (paths are relative to the execution folder)",
+            )
+        stamp = stamp_of(resolved.real)
+        data = resolved.real.read_bytes()
+        text = _text_of(data, resolved.rel)
+        return ToolOutput(
+            content=render_text(text, selector, resolved.rel),
+            reads=[ReadRecord(path=resolved.rel, outline=outline(text, resolved.rel))],
+            cacheable=True,
+            stamp=stamp,
+        )
+
+
+def resolve_run_uri(ctx: ToolContext, uri: str) -> Path:
+    """Map `run://handoffs/{segment}/HANDOFF.md|json` and `run://PLAN.md` into the run folder."""
+    if uri == PLAN_URI:
+        return plan_path(ctx)
+    parts = uri[len("run://") :].split("/")
+    if (
+        len(parts) == 3
+        and parts[0] == "handoffs"
+        and parts[1] not in (".", "..")
+        and _HANDOFF_SEGMENT.match(parts[1])
+        and parts[2] in HANDOFF_NAMES
+    ):
+        return ctx.run_dir / "handoffs" / parts[1] / parts[2]
+    raise NotFound(
+        f"{uri!r} is not a readable run resource",
+        "use run://handoffs/{node}/HANDOFF.md, run://handoffs/{node}/HANDOFF.json or run://PLAN.md",
+    )
+
+
+class LsTool(ThreadTool):
+    name = "ls"
+    description = (
+        "List a directory of the execution folder ('.' is the folder itself); directories end "
+        "with '/', symlinks with '@'."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {"path": {**_PATH_SCHEMA, "description": "Directory to list; '.' = root."}},
+        "required": ["path"],
+    }
+    tier = "read"
+    concurrency = "shared"
+
+    def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        resolved = Sandbox(ctx.execution_dir).resolve(args.get("path") or ".", self.name)
+        if not resolved.real.exists():
+            raise NotFound(f"{resolved.rel!r} does not exist", "list '.' to see what is there")
+        if not resolved.real.is_dir():
+            size = resolved.real.stat().st_size
+            return ToolOutput(content=f"{resolved.rel} ({size} bytes, a file — use read)")
+        return ToolOutput(content=list_directory(resolved.real, resolved.rel))
+
+
+def _mutation_target(ctx: ToolContext, tool: str, raw: object) -> tuple[Path, str, bool]:
+    """(real path, shown name, is a project file) of a write/edit target."""
+    if raw == PLAN_URI:
+        return plan_path(ctx), PLAN_URI, False
+    resolved = Sandbox(ctx.execution_dir).resolve(raw, tool)
+    if resolved.real.is_dir():
+        raise InvalidArgs(tool, f"{resolved.rel!r} is a directory", "give a file path")
+    return resolved.real, resolved.rel, True
+
+
+def _mutation_locks(ctx: ToolContext, raw: object) -> list[str]:
+    if raw == PLAN_URI:
+        return [f"path:{PLAN_URI}", FILE_MUTATION_KEY]
+    return [Sandbox(ctx.execution_dir).lock_key(raw), FILE_MUTATION_KEY]
+
+
+class WriteTool(ThreadTool):
+    name = "write"
+    description = (
+        "Create or overwrite a file with the given content (parent folders are created). For a "
+        "large file, write a first part and add the rest with edit."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the folder."},
+            "content": {"type": "string", "description": "The complete new file content."},
+        },
+        "required": ["path", "content"],
+    }
+    mutates = True
+
+    def lock_keys(self, ctx: ToolContext, args: dict[str, Any]) -> list[str]:
+        return _mutation_locks(ctx, args.get("path"))
+
+    def validate(self, args: dict[str, Any]) -> None:
+        if not isinstance(args.get("content"), str):
+            raise InvalidArgs(
+                self.name,
+                "missing field 'content'",
+                "send the whole file text in 'content' (an empty string is allowed); for a "
+                "large file write a first part, then append the rest with edit",
+            )
+        super().validate(args)
+
+    def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        content = args["content"]
+        real, shown, tracked = _mutation_target(ctx, self.name, args.get("path"))
+        before = read_bytes_or_none(real)
+        data = content.encode("utf-8")
+        atomic_write(real, data)
+        verb = "Created" if before is None else "Wrote"
+        lines = len(split_lines(content))
+        changes = []
+        if tracked and before != data:
+            op = "create" if before is None else "update"
+            changes.append(file_change(shown, op, before, data))
+        return ToolOutput(
+            content=f"{verb} {shown} ({len(data)} bytes, {lines} lines).", changes=changes
+        )
+
+
+_EDIT_ITEM = {
+    "type": "object",
+    "properties": {
+        "old_text": {"type": "string", "description": "Exact text to replace (unique)."},
+        "new_text": {"type": "string", "description": "Replacement text."},
+        "all": {"type": "boolean", "description": "Replace every occurrence (default false)."},
+    },
+    "required": ["old_text", "new_text"],
+}
+
+
+def apply_edits(text: str, edits: list[dict[str, Any]], shown: str, tool: str) -> str:
+    """Apply replace-mode edits in order; any missing or ambiguous old_text fails them all."""
+    crlf = "\r\n" in text
+    for index, edit in enumerate(edits):
+        old, new = edit.get("old_text"), edit.get("new_text")
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise InvalidArgs(
+                tool,
+                f"edits[{index}] needs string 'old_text' and 'new_text'",
+                "send each edit as {old_text, new_text, all?}",
+            )
+        if old == "":
+            raise InvalidArgs(
+                tool,
+                f"edits[{index}].old_text is empty",
+                "quote the exact text to replace, or use write to create the file",
+            )
+        count = text.count(old)
+        if count == 0 and crlf and "\n" in old and "\r\n" not in old:
+            old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+            count = text.count(old)
+        if count == 0:
+            raise InvalidArgs(
+                tool,
+                f"edits[{index}].old_text was not found in {shown}",
+                "read the file again and copy the exact text, including indentation; "
+                "no edit was applied",
+            )
+        if count > 1 and not edit.get("all", False):
+            raise InvalidArgs(
+                tool,
+                f"edits[{index}].old_text matches {count} places in {shown}",
+                'include more surrounding lines to make it unique, or set "all": true; '
+                "no edit was applied",
+            )
+        text = text.replace(old, new) if edit.get("all", False) else text.replace(old, new, 1)
+    return text
+
+
+class EditTool(ThreadTool):
+    name = "edit"
+    description = (
+        "Change part of an existing file: each edit replaces one exact, unique 'old_text' with "
+        "'new_text' (or every occurrence with all=true). Edits apply in order and all or none."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the folder."},
+            "edits": {"type": "array", "items": _EDIT_ITEM, "minItems": 1},
+        },
+        "required": ["path", "edits"],
+    }
+    mutates = True
+
+    def validate(self, args: dict[str, Any]) -> None:
+        if "input" in args and "edits" not in args:
+            raise InvalidArgs(
+                self.name,
+                "hashline mode ('input') is not supported on this worker",
+                "send 'path' and 'edits': [{old_text, new_text}], or use apply_patch",
+            )
+        super().validate(args)
+
+    def lock_keys(self, ctx: ToolContext, args: dict[str, Any]) -> list[str]:
+        return _mutation_locks(ctx, args.get("path"))
+
+    def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        real, shown, tracked = _mutation_target(ctx, self.name, args.get("path"))
+        before = read_bytes_or_none(real)
+        if before is None:
+            raise NotFound(f"{shown!r} does not exist", "create it with write first")
+        if is_binary(before):
+            raise Failed(f"{shown} is a binary file — edit only changes text files")
+        after_text = apply_edits(decode(before), list(args["edits"]), shown, self.name)
+        after = after_text.encode("utf-8")
+        if after == before:
+            return ToolOutput(
+                content=f"{shown} is unchanged (the edits replaced text with itself)."
+            )
+        atomic_write(real, after)
+        summary = diff_summary(before, after) or "no line changes"
+        changes = [file_change(shown, "update", before, after)] if tracked else []
+        count = len(args["edits"])
+        return ToolOutput(
+            content=f"Edited {shown}: {count} edit{'s' if count != 1 else ''} applied ({summary}).",
+            changes=changes,
+        )
+
+
+__all__ = [
+    "PLAN_URI",
+    "READ_LINE_CAP",
+    "EditTool",
+    "LsTool",
+    "ReadTool",
+    "Selector",
+    "WriteTool",
+    "apply_edits",
+    "list_directory",
+    "plan_path",
+    "render_text",
+    "resolve_run_uri",
+    "split_selector",
+]

@@ -1,0 +1,292 @@
+"""`search` (regex over file contents) and `find` (globs over paths), both gitignore-aware."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pathspec import GitIgnoreSpec, PathSpec
+
+from openflow.activities.tools.base import (
+    InvalidArgs,
+    NotFound,
+    PermissionDenied,
+    ThreadTool,
+    ToolContext,
+    ToolOutput,
+    check_cancel,
+)
+from openflow.activities.tools.files import decode, is_binary, split_lines
+from openflow.activities.tools.sandbox import Resolved, Sandbox
+
+SEARCH_MATCH_CAP = 500
+FIND_PATH_CAP = 200
+MAX_SEARCH_FILE_BYTES = 8 * 1024 * 1024
+_LINE_CHARS = 400
+_GLOB_MAGIC = re.compile(r"[*?\[{]")
+_BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
+
+
+class IgnoreRules:
+    """The .gitignore files from the execution folder down, read lazily; deeper files win."""
+
+    def __init__(self, root: Path, enabled: bool) -> None:
+        self.root = root
+        self.enabled = enabled
+        self._specs: dict[Path, GitIgnoreSpec | None] = {}
+        self.skipped = 0
+
+    def _spec(self, directory: Path) -> GitIgnoreSpec | None:
+        if directory not in self._specs:
+            lines: list[str] = []
+            sources = [directory / ".gitignore"]
+            if directory == self.root:
+                sources.append(directory / ".git" / "info" / "exclude")
+            for source in sources:
+                try:
+                    lines.extend(source.read_text(encoding="utf-8", errors="replace").splitlines())
+                except OSError:
+                    continue
+            self._specs[directory] = GitIgnoreSpec.from_lines(lines) if lines else None
+        return self._specs[directory]
+
+    def ignored(self, real: Path, is_dir: bool) -> bool:
+        """Whether git would ignore this path (`.git` itself is always skipped)."""
+        if real.name == ".git":
+            return True
+        if not self.enabled:
+            return False
+        directory = real.parent
+        while True:
+            spec = self._spec(directory)
+            if spec is not None:
+                rel = real.relative_to(directory).as_posix() + ("/" if is_dir else "")
+                verdict = spec.check_file(rel).include
+                if verdict is not None:
+                    if verdict:
+                        self.skipped += 1
+                    return bool(verdict)
+            if directory == self.root or directory.parent == directory:
+                return False
+            directory = directory.parent
+
+
+def walk_files(
+    sandbox: Sandbox, start: Resolved, rules: IgnoreRules, stop: Callable[[], None]
+) -> Iterator[Resolved]:
+    """Files under `start` in path order, skipping ignored ones and symlinks that lead out."""
+    if not start.real.is_dir():
+        yield start
+        return
+    for dirpath, dirnames, filenames in os.walk(start.real):
+        stop()
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not rules.ignored(here / d, True))
+        for name in sorted(filenames):
+            path = here / name
+            if rules.ignored(path, False):
+                continue
+            real = Path(os.path.realpath(path)) if path.is_symlink() else path
+            if not sandbox.contains(real) or not real.is_file():
+                continue
+            yield Resolved(real=real, rel=sandbox.relative(path))
+
+
+def _as_list(value: object, tool: str, arg: str) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(v, str) for v in items):
+        raise InvalidArgs(
+            tool, f"{arg!r} must be a string or a non-empty array of strings", "e.g. ['src']"
+        )
+    return [str(v) for v in items]
+
+
+def _ignored_hint(rules: IgnoreRules) -> str:
+    if rules.enabled and rules.skipped:
+        return f" ({rules.skipped} paths were skipped by .gitignore; pass gitignore: false to include them)"
+    return ""
+
+
+class SearchTool(ThreadTool):
+    name = "search"
+    description = (
+        "Search file contents with a regular expression (Python syntax). Prints 'path:line:text' "
+        "for each matching line, at most 500; honours .gitignore unless gitignore is false."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "description": "Regular expression to look for."},
+            "paths": {
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                ],
+                "description": "Files or directories to search ('.' = the whole folder).",
+            },
+            "i": {"type": "boolean", "description": "Case-insensitive (default false)."},
+            "gitignore": {"type": "boolean", "description": "Skip ignored files (default true)."},
+        },
+        "required": ["pattern", "paths"],
+    }
+    tier = "read"
+    concurrency = "shared"
+
+    def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        pattern = args["pattern"]
+        try:
+            regex = re.compile(pattern, re.IGNORECASE if args.get("i") else 0)
+        except re.error as exc:
+            raise InvalidArgs(
+                self.name,
+                f"invalid regular expression {pattern!r}: {exc}",
+                "escape special characters such as ( [ . * with a backslash",
+            ) from exc
+        sandbox = Sandbox(ctx.execution_dir)
+        starts = []
+        for raw in _as_list(args["paths"], self.name, "paths"):
+            resolved = sandbox.resolve(raw, self.name, arg="paths")
+            if not resolved.real.exists():
+                raise NotFound(
+                    f"search path {resolved.rel!r} does not exist",
+                    "check it with ls or find; paths are relative to the execution folder",
+                )
+            starts.append(resolved)
+        rules = IgnoreRules(sandbox.root, bool(args.get("gitignore", True)))
+        seen: set[Path] = set()
+        matches: list[str] = []
+        capped = False
+        for start in starts:
+            for file in walk_files(sandbox, start, rules, lambda: check_cancel(ctx, self.name)):
+                if file.real in seen:
+                    continue
+                seen.add(file.real)
+                try:
+                    if file.real.stat().st_size > MAX_SEARCH_FILE_BYTES:
+                        continue
+                    data = file.real.read_bytes()
+                except OSError:
+                    continue
+                if is_binary(data):
+                    continue
+                for number, line in enumerate(split_lines(decode(data)), start=1):
+                    if regex.search(line):
+                        if len(matches) == SEARCH_MATCH_CAP:
+                            capped = True
+                            break
+                        matches.append(f"{file.rel}:{number}:{line[:_LINE_CHARS]}")
+                if capped:
+                    break
+            if capped:
+                break
+        if not matches:
+            where = ", ".join(s.rel for s in starts)
+            text = f"No matches found for {pattern!r} in {where}.{_ignored_hint(rules)}"
+            return ToolOutput(content=text, cacheable=True)
+        text = "\n".join(matches)
+        if capped:
+            text += f"\n[{SEARCH_MATCH_CAP} matches shown — the limit; narrow the pattern or paths]"
+        return ToolOutput(content=text, cacheable=True)
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """`src/*.{py,md}` → `src/*.py`, `src/*.md` (innermost groups first)."""
+    match = _BRACES.search(pattern)
+    if not match:
+        return [pattern]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    expanded: list[str] = []
+    for option in match.group(1).split(","):
+        expanded.extend(expand_braces(head + option + tail))
+    return expanded
+
+
+def _static_prefix(pattern: str) -> str:
+    parts = pattern.split("/")
+    prefix: list[str] = []
+    for part in parts[:-1]:
+        if _GLOB_MAGIC.search(part) or part == "**":
+            break
+        prefix.append(part)
+    return "/".join(prefix)
+
+
+class FindTool(ThreadTool):
+    name = "find"
+    description = (
+        "Find files by glob, relative to the execution folder: '*.py' matches at any depth, "
+        "'src/*.py' only directly in src, '**' spans folders, '{a,b}' alternatives. At most 200 "
+        "paths; honours .gitignore unless gitignore is false."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "paths": {
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                ],
+                "description": "Glob or globs, e.g. 'src/**/*.ts'.",
+            },
+            "gitignore": {"type": "boolean", "description": "Skip ignored files (default true)."},
+        },
+        "required": ["paths"],
+    }
+    tier = "read"
+    concurrency = "shared"
+
+    def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        sandbox = Sandbox(ctx.execution_dir)
+        root = os.fspath(sandbox.root)
+        globs: list[str] = []
+        for raw in _as_list(args["paths"], self.name, "paths"):
+            text = raw.strip()
+            if os.path.isabs(text):
+                if not sandbox.contains(os.path.normpath(text)):
+                    raise PermissionDenied(
+                        f"{self.name}: {raw!r} is outside the execution folder — "
+                        "use a glob relative to the folder"
+                    )
+                text = os.path.relpath(text, root)
+            text = text.removeprefix("./")
+            if ".." in text.split("/"):
+                raise PermissionDenied(
+                    f"{self.name}: {raw!r} leaves the execution folder — "
+                    "use a glob relative to the folder, without '..'"
+                )
+            globs.extend(expand_braces(text or "."))
+
+        rules = IgnoreRules(sandbox.root, bool(args.get("gitignore", True)))
+        stop = lambda: check_cancel(ctx, self.name)  # noqa: E731
+        found: set[str] = set()
+        for glob in globs:
+            if not _GLOB_MAGIC.search(glob):
+                resolved = sandbox.resolve(glob, self.name, arg="paths")
+                if resolved.real.exists():
+                    found.update(f.rel for f in walk_files(sandbox, resolved, rules, stop))
+                    continue
+            prefix = _static_prefix(glob) if "/" in glob.rstrip("/") else ""
+            start = sandbox.resolve(prefix or ".", self.name, arg="paths")
+            if not start.real.exists():
+                raise NotFound(
+                    f"{prefix!r} (from {glob!r}) does not exist",
+                    "check the folder with ls; globs are relative to the execution folder",
+                )
+            spec = PathSpec.from_lines("gitwildmatch", [glob])
+            for file in walk_files(sandbox, start, rules, stop):
+                if spec.match_file(file.rel):
+                    found.add(file.rel)
+        if not found:
+            text = f"No files match {', '.join(globs)}.{_ignored_hint(rules)}"
+            return ToolOutput(content=text, cacheable=True)
+        paths = sorted(found)
+        text = "\n".join(paths[:FIND_PATH_CAP])
+        if len(paths) > FIND_PATH_CAP:
+            text += f"\n[{FIND_PATH_CAP} of {len(paths)} paths shown — narrow the glob]"
+        return ToolOutput(content=text, cacheable=True)
+
+
+__all__ = ["FindTool", "IgnoreRules", "SearchTool", "expand_braces", "walk_files"]

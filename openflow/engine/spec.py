@@ -103,9 +103,12 @@ def _key(name: str, *also: str) -> dict[str, Any]:
 
 
 class SpecModel(BaseModel):
-    """Base of every file-format model: reads by key or field name, keeps unknown keys."""
+    """Base of every file-format model: reads by key or field name, writes OpenFlow's keys.
 
-    model_config = ConfigDict(populate_by_name=True, extra="allow")
+    Unknown keys are kept, so a file loaded and saved again loses nothing.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True, extra="allow")
 
 
 class Position(SpecModel):

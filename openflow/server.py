@@ -37,6 +37,8 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from openflow.paths import openflow_home
+
 __all__ = [
     "DEFAULT_ADDRESS",
     "DEFAULT_NAMESPACE",
@@ -49,7 +51,6 @@ __all__ = [
     "ensure_search_attributes",
     "find_temporal_binary",
     "free_port",
-    "openflow_home",
     "run_server_forever",
     "task_queue",
     "temporal_address",
@@ -135,11 +136,6 @@ def temporal_namespace() -> str:
 def task_queue() -> str:
     """Return the task queue OpenFlow workers poll and clients start runs on."""
     return os.environ.get("OPENFLOW_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-
-
-def openflow_home() -> Path:
-    """Return `$OPENFLOW_HOME` (default `~/.openflow`)."""
-    return Path(os.environ.get("OPENFLOW_HOME") or "~/.openflow").expanduser()
 
 
 def find_temporal_binary() -> Path:

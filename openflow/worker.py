@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from collections.abc import Mapping
 from datetime import timedelta
@@ -89,7 +88,6 @@ def build_worker(
         task_queue=task_queue,
         workflows=[OpenFlowRun],
         activities=acts.all(),
-        activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=8),
         workflow_runner=sandbox_runner(),
         workflow_failure_exception_types=FAILURE_TYPES,
         max_concurrent_activities=max_concurrent_activities,

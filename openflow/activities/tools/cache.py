@@ -101,7 +101,7 @@ class ResultCache:
             return ToolOutput(content=stub, output_meta=meta, reads=list(entry.reads))
         entry.seen[conversation] = call_id
         note = (
-            f"Note: {entry.origin_conversation!r} ran this exact call (tool call "
+            f"Note: node {entry.origin_conversation!r} ran this exact call (tool call "
             f"{entry.origin_call_id}) and the result is unchanged since.\n\n"
         )
         meta = dict(entry.output_meta or {})

@@ -31,6 +31,7 @@ from openflow.activities.tools.sandbox import Sandbox
 from openflow.activities.tools.spill import find_artifact
 
 READ_LINE_CAP = 3000
+ARTIFACT_READ_BYTES = 45_000
 LS_ENTRY_CAP = 2000
 PLAN_URI = "run://PLAN.md"
 PLAN_FILE = "PLAN.md"
@@ -72,14 +73,24 @@ def split_selector(text: str) -> tuple[str, Selector]:
     return match.group("base"), Selector(start=start, end=end)
 
 
-def render_text(text: str, selector: Selector, shown_as: str, tool: str = "read") -> str:
-    """Numbered lines (`{n}\\t{line}`), at most 3000 per call, or the raw text."""
-    if selector.raw:
+def render_text(
+    text: str,
+    selector: Selector,
+    shown_as: str,
+    tool: str = "read",
+    byte_budget: int | None = None,
+) -> str:
+    """Numbered lines (`{n}\\t{line}`), at most 3000 per call, or the raw text.
+
+    With a byte budget (artifact reads, which must not spill into yet another artifact) the
+    output stops at the last whole line that fits and says where to continue.
+    """
+    if selector.raw and byte_budget is None:
         return text
     lines = split_lines(text)
     total = len(lines)
     if total == 0:
-        return f"[{shown_as} is empty]"
+        return text if selector.raw else f"[{shown_as} is empty]"
     start = selector.start or 1
     if start < 1:
         raise InvalidArgs(tool, "line numbers start at 1", f"read '{shown_as}:1-{total}'")
@@ -94,8 +105,21 @@ def render_text(text: str, selector: Selector, shown_as: str, tool: str = "read"
         raise InvalidArgs(
             tool, f"line range {start}-{end} is empty", "give END greater than or equal to START"
         )
-    end = min(end, start + READ_LINE_CAP - 1)
-    body = "\n".join(f"{n}\t{lines[n - 1]}" for n in range(start, end + 1))
+    if not selector.raw:
+        end = min(end, start + READ_LINE_CAP - 1)
+    rendered: list[str] = []
+    used = 0
+    for n in range(start, end + 1):
+        line = lines[n - 1] if selector.raw else f"{n}\t{lines[n - 1]}"
+        size = len(line.encode("utf-8")) + 1
+        if byte_budget is not None and rendered and used + size > byte_budget:
+            end = n - 1
+            break
+        rendered.append(line)
+        used += size
+    body = "\n".join(rendered)
+    if selector.raw and end == total:
+        return text
     if end < total and (selector.end is None or end < selector.end):
         body += (
             f"\n[showing lines {start}-{end} of {total}; read '{shown_as}:{end + 1}-' for the rest]"
@@ -174,7 +198,8 @@ class ReadTool(ThreadTool):
                 "use the exact id from the marker line, e.g. artifact:{uuid}",
             )
         text = _text_of(path.read_bytes(), f"artifact:{ident}")
-        return ToolOutput(content=render_text(text, selector, f"artifact:{ident}"))
+        shown = render_text(text, selector, f"artifact:{ident}", byte_budget=ARTIFACT_READ_BYTES)
+        return ToolOutput(content=shown)
 
     def _read_run_uri(self, ctx: ToolContext, target: str) -> ToolOutput:
         uri, selector = split_selector(target)

@@ -57,12 +57,16 @@ _PATH_LINE = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to): 
 
 @dataclass
 class Chunk:
-    """One @@ hunk of an Update File section."""
+    """One @@ hunk of an Update File section: ordered (' '|'-'|'+', text) lines."""
 
     context: str | None = None
-    old: list[str] = field(default_factory=list)
-    new: list[str] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list)
     at_eof: bool = False
+
+    @property
+    def old(self) -> list[str]:
+        """The lines the hunk expects (context and removed)."""
+        return [text for kind, text in self.lines if kind != "+"]
 
 
 @dataclass
@@ -142,13 +146,8 @@ def _parse_chunks(body: list[str], i: int, section: Section) -> int:
             if chunk is None:
                 chunk = Chunk()
                 section.chunks.append(chunk)
-            if line == "" or line.startswith(" "):
-                chunk.old.append(line[1:])
-                chunk.new.append(line[1:])
-            elif line.startswith("-"):
-                chunk.old.append(line[1:])
-            elif line.startswith("+"):
-                chunk.new.append(line[1:])
+            if line == "" or line[0] in " -+":
+                chunk.lines.append((line[:1] or " ", line[1:]))
             else:
                 raise _bad(
                     f"line {i + 2}: hunk lines start with ' ', '-' or '+', got {line[:80]!r}"
@@ -185,6 +184,20 @@ def seek(lines: list[str], pattern: list[str], start: int, at_eof: bool) -> int 
     return None
 
 
+def _replacement(chunk_lines: list[tuple[str, str]], matched: list[str]) -> list[str]:
+    """New lines for a matched region; context lines keep the file's own text."""
+    out: list[str] = []
+    position = 0
+    for kind, text in chunk_lines:
+        if kind == "+":
+            out.append(text)
+            continue
+        if kind == " ":
+            out.append(matched[position])
+        position += 1
+    return out
+
+
 def apply_chunks(text: str, chunks: list[Chunk], shown: str) -> str:
     """New file text after the update chunks, or InvalidArgs naming what did not match."""
     crlf = "\r\n" in text
@@ -201,15 +214,15 @@ def apply_chunks(text: str, chunks: list[Chunk], shown: str) -> str:
                     "read the file again and copy the context line exactly; nothing was changed",
                 )
             cursor = found + 1
-        if not chunk.old:
-            replacements.append((len(lines), 0, chunk.new))
+        ops = chunk.lines
+        old = chunk.old
+        if not old:
+            replacements.append((len(lines), 0, [t for _, t in ops]))
             continue
-        old, new = chunk.old, chunk.new
         found = seek(lines, old, cursor, chunk.at_eof)
-        if found is None and old[-1] == "":
-            old = old[:-1]
-            new = new[:-1] if new and new[-1] == "" else new
-            found = seek(lines, old, cursor, chunk.at_eof)
+        if found is None and old[-1] == "" and ops[-1] == (" ", ""):
+            ops, old = ops[:-1], old[:-1]
+            found = seek(lines, old, cursor, chunk.at_eof) if old else None
         if found is None:
             expected = "\n".join(old[:8])
             raise InvalidArgs(
@@ -218,7 +231,8 @@ def apply_chunks(text: str, chunks: list[Chunk], shown: str) -> str:
                 "read the file again and copy the context and '-' lines exactly; "
                 "nothing was changed",
             )
-        replacements.append((found, len(old), new))
+        matched = lines[found : found + len(old)]
+        replacements.append((found, len(old), _replacement(ops, matched)))
         cursor = found + len(old)
     for start, length, new in sorted(replacements, key=lambda r: r[0], reverse=True):
         lines[start : start + length] = new

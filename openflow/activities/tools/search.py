@@ -204,6 +204,14 @@ def expand_braces(pattern: str) -> list[str]:
     return expanded
 
 
+def _glob_spec(pattern: str) -> PathSpec:
+    """A gitignore-style matcher for one glob (pathspec 1.x name, older name as fallback)."""
+    try:
+        return PathSpec.from_lines("gitignore", [pattern])
+    except LookupError:
+        return PathSpec.from_lines("gitwildmatch", [pattern])
+
+
 def _static_prefix(pattern: str) -> str:
     parts = pattern.split("/")
     prefix: list[str] = []
@@ -275,7 +283,7 @@ class FindTool(ThreadTool):
                     f"{prefix!r} (from {glob!r}) does not exist",
                     "check the folder with ls; globs are relative to the execution folder",
                 )
-            spec = PathSpec.from_lines("gitwildmatch", [glob])
+            spec = _glob_spec(glob)
             for file in walk_files(sandbox, start, rules, stop):
                 if spec.match_file(file.rel):
                     found.add(file.rel)

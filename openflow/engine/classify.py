@@ -104,7 +104,12 @@ def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
         cls.check_schema(schema)
     except SchemaError:
         return None
-    errors = sorted(cls(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    # A schema comes from the workflow file: one jsonschema cannot apply (say an unresolvable
+    # $ref) passes like an invalid one instead of failing the run.
+    try:
+        errors = sorted(cls(schema).iter_errors(value), key=lambda e: str(list(e.absolute_path)))
+    except Exception:
+        return None
     if not errors:
         return None
     first = errors[0]

@@ -1,4 +1,4 @@
-"""Tool tiers, concurrency classes and the approval decision matrix (spec 4.1, 4.5)."""
+"""Tool tiers, concurrency classes, the approval matrix and Plan Mode's capability (4.1, 4.5, 11)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,34 @@ HARNESS_REQUEST_INPUT = "openflow_request_user_input"
 HARNESS_ASK_QUESTION = "openflow_ask_user_question"
 HARNESS_TOOLS = (HARNESS_SUBMIT, HARNESS_REQUEST_INPUT, HARNESS_ASK_QUESTION)
 SEAL_TOOL = "openflow_write_plan_artifact"
+PLAN_URI = "run://PLAN.md"
+PLAN_MUTATORS = ("write", "edit")
+SEALED_FROM = {"sealed_from": PLAN_URI}
+
+PlanVerdict = Literal["normal", "allow", "prompt", "deny"]
+
+NON_SOURCE_PLAN_REASON = (
+    "only the selected Plan Mode evidence source node may mutate or seal run://PLAN.md"
+)
+_PLAN_CLOSED_REASON = (
+    "blocked by Plan Mode — the plan is sealed and the run is executing, so run://PLAN.md and "
+    f"{SEAL_TOOL} are closed; work from the change evidence packet in your input"
+)
+_PLAN_OFF_REASON = (
+    "blocked by Plan Mode — this run has no Plan Mode, so run://PLAN.md and "
+    f"{SEAL_TOOL} are not available; write files in the execution folder instead"
+)
+_PLAN_BASH_REASON = (
+    "blocked by Plan Mode — bash cannot run while the plan is being made; inspect with read, "
+    "ls, search or find instead"
+)
+_PLAN_WRITE_REASON = (
+    "blocked by Plan Mode — until the plan is sealed only repo-relative docs/**/*.md files may "
+    "be written (and run://PLAN.md by the plan source)"
+)
+_PLAN_READ_ONLY_REASON = (
+    "blocked by Plan Mode — this node is read-only, so it may not write files while planning"
+)
 
 _FIND_FORBIDDEN = re.compile(r"^-(delete|exec\w*|ok\w*|fprint\w*|fls\w*)$")
 _SHELL_META = ("\n", "\r", "|", "&", ";", ">", "<", "$", "`")
@@ -73,12 +101,97 @@ def approval_decision(mode: str, tier: Tier) -> Decision:
     return "allow" if tier == "read" else "prompt"
 
 
+def mutation_paths(name: str, arguments: dict[str, Any]) -> list[str]:
+    """The paths a `write`/`edit` call targets: `path`, plus `¶path#TAG` hashline sections."""
+    paths: list[str] = []
+    path = arguments.get("path")
+    if isinstance(path, str):
+        paths.append(path)
+    text = arguments.get("input")
+    if name == "edit" and isinstance(text, str):
+        for line in text.splitlines():
+            if line.startswith("¶"):
+                paths.append(line[1:].split("#", 1)[0].strip())
+    return paths
+
+
+def is_docs_markdown(path: str) -> bool:
+    """A repo-relative `docs/**/*.md` path: relative, lowercase `.md`, no `..`, no `:`."""
+    clean = path[2:] if path.startswith("./") else path
+    if not clean or clean.startswith("/") or "\\" in clean or ":" in clean:
+        return False
+    parts = clean.split("/")
+    if ".." in parts or parts[0] != "docs" or len(parts) < 2:
+        return False
+    return parts[-1].endswith(".md") and len(parts[-1]) > 3
+
+
+def plan_verdict(
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    plan_mode: bool,
+    planning: bool,
+    is_source: bool,
+    read_only: bool,
+) -> tuple[PlanVerdict, str | None]:
+    """What the run's tool access policy says about one call (spec 4.3 steps 4-6, spec 11).
+
+    `normal` means the approval matrix decides; `allow` queues without approval (the source's
+    draft), `prompt` always asks (the seal), `deny` comes with the reason the model is shown.
+    """
+    paths = mutation_paths(name, arguments) if name in PLAN_MUTATORS else []
+    draft = PLAN_URI in paths
+    if name == SEAL_TOOL or draft:
+        if not plan_mode:
+            return "deny", _PLAN_OFF_REASON
+        if not planning:
+            return "deny", _PLAN_CLOSED_REASON
+        if not is_source:
+            return "deny", NON_SOURCE_PLAN_REASON
+        if name == SEAL_TOOL:
+            return "prompt", None
+        if any(p != PLAN_URI for p in paths):
+            return "deny", _PLAN_WRITE_REASON
+        return "allow", None
+    if not planning or name in READ_TIER_TOOLS:
+        return "normal", None
+    if name == "bash":
+        return "deny", _PLAN_BASH_REASON
+    if name in PLAN_MUTATORS:
+        if read_only:
+            return "deny", _PLAN_READ_ONLY_REASON
+        if paths and all(is_docs_markdown(p) for p in paths):
+            return "normal", None
+        return "deny", _PLAN_WRITE_REASON
+    return "deny", (
+        f"blocked by Plan Mode — {name} is not available while the plan is being made; only "
+        "read-tier tools and docs/**/*.md notes are"
+    )
+
+
+def planning_tool_names(names: list[str], *, read_only: bool, is_source: bool) -> list[str]:
+    """The executable tools a node is offered while planning (spec 4.2 planning policy)."""
+    offered = [
+        n
+        for n in names
+        if n in READ_TIER_TOOLS or (n in PLAN_MUTATORS and (is_source or not read_only))
+    ]
+    if is_source and SEAL_TOOL not in offered:
+        offered.append(SEAL_TOOL)
+    return offered
+
+
 def batch_has_side_effects(names: list[str], arguments: list[dict[str, Any]]) -> bool:
     """A batch is side-effecting (sent at most once) when any call is write-tier."""
     return any(tool_tier(n, a) == "write" for n, a in zip(names, arguments, strict=True))
 
 
 __all__ = [
+    "NON_SOURCE_PLAN_REASON",
+    "PLAN_MUTATORS",
+    "PLAN_URI",
+    "SEALED_FROM",
     "HARNESS_ASK_QUESTION",
     "HARNESS_REQUEST_INPUT",
     "HARNESS_SUBMIT",
@@ -87,9 +200,14 @@ __all__ = [
     "SEAL_TOOL",
     "Concurrency",
     "Decision",
+    "PlanVerdict",
     "Tier",
     "approval_decision",
     "batch_has_side_effects",
+    "is_docs_markdown",
+    "mutation_paths",
+    "plan_verdict",
+    "planning_tool_names",
     "tool_concurrency",
     "tool_tier",
 ]

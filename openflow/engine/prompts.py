@@ -41,6 +41,29 @@ PLAN_SOURCE_BLOCK = """Plan mode: you are the evidence source of this run. You o
 approves the seal) before you submit your change-evidence packet."""
 
 
+PLAN_GATE_NUDGE = (
+    "Your output was not accepted: this node is the Plan Mode evidence source and the plan is "
+    "not sealed yet. Build or revise the draft in run://PLAN.md with write/edit, seal it with "
+    "`openflow_write_plan_artifact` (this needs explicit human approval), and only then submit "
+    "your change evidence packet with `openflow_submit_node_output`."
+)
+
+REPAIR_SYSTEM = """You repair tool-call arguments that failed validation.
+You receive the malformed arguments of one tool call, why they were rejected and the JSON
+Schema they must match. Return the same content, fixed so it matches the schema: keep every
+value the original meant, add nothing new, and put the fixed arguments object in
+`repaired_arguments` of `openflow_submit_node_output`."""
+
+REPAIR_TASK = "Repair the malformed tool-call arguments so they match the expected schema."
+
+REPAIR_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"repaired_arguments": {"type": "object"}},
+    "required": ["repaired_arguments"],
+}
+
+
 def handoff_block(fmt: str, template: str | None) -> str | None:
     """How this node's output becomes an artifact (spec 2.3 item 5)."""
     if fmt == "markdown":

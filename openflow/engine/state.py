@@ -7,6 +7,8 @@ in the imperative (STYLE.md).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -100,6 +102,7 @@ class NodeState(_Model):
     reads: list[dict[str, Any]] = Field(default_factory=list)
     pending_repair: dict[str, Any] | None = None
     runtime_patch: dict[str, Any] = Field(default_factory=dict)
+    repairs_done: int = 0
 
     @property
     def model_attempt(self) -> int:
@@ -116,6 +119,46 @@ class PendingBatch(_Model):
     side_effects: bool
     in_flight: bool = False
     approval_announced: bool = False
+
+
+# --- plan mode ----------------------------------------------------------------------------
+
+
+def canonical_sha256(value: Any) -> str:
+    """SHA-256 of canonical JSON: object keys sorted recursively, no insignificant spaces."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ChangeEvidencePacket(_Frozen):
+    """The plan source's frozen output, given to every later request (spec 11)."""
+
+    schema_version: int = Field(default=1, alias="schemaVersion")
+    source_node_id: str = Field(alias="sourceNodeId")
+    sha256: str
+    content: Any = None
+
+    @classmethod
+    def freeze(cls, source_node_id: str, content: Any) -> ChangeEvidencePacket:
+        """Freeze `content` as the packet of `source_node_id`."""
+        return cls(source_node_id=source_node_id, sha256=canonical_sha256(content), content=content)
+
+    def problem(self, pinned_source: str | None) -> str | None:
+        """Why this packet cannot be trusted for a run pinned to `pinned_source`, or None."""
+        if self.schema_version != 1:
+            return f"unsupported change evidence packet schemaVersion {self.schema_version}"
+        if pinned_source is None or self.source_node_id != pinned_source:
+            return (
+                f"the change evidence packet comes from {self.source_node_id!r}, not the pinned "
+                f"Plan Mode source {pinned_source!r}"
+            )
+        if canonical_sha256(self.content) != self.sha256:
+            return "the change evidence packet content does not match its sha256"
+        return None
+
+    def as_input(self) -> dict[str, Any]:
+        """The packet as `input.change_evidence_packet` carries it."""
+        return self.model_dump(mode="json", by_alias=True)
 
 
 # --- the snapshot -----------------------------------------------------------------------
@@ -145,6 +188,13 @@ class RunSnapshot(_Model):
     tokens_in: int = 0
     read_calls: int = 0
     redundant_reads: int = 0
+    plan_source: str | None = None
+    packet: ChangeEvidencePacket | None = None
+
+    @property
+    def planning(self) -> bool:
+        """Plan Mode's planning phase: a pinned source whose packet is not frozen yet."""
+        return self.plan_source is not None and self.packet is None
 
 
 # --- facts ------------------------------------------------------------------------------
@@ -345,6 +395,7 @@ __all__ = [
     "CancelRequested",
     "CancelWork",
     "CatalogFrozen",
+    "ChangeEvidencePacket",
     "Counters",
     "DeltaItem",
     "Fact",
@@ -371,4 +422,5 @@ __all__ = [
     "ToolsOutcomeUnknown",
     "TranscriptDelta",
     "WriteHandoff",
+    "canonical_sha256",
 ]

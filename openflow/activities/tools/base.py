@@ -228,10 +228,21 @@ _validators: dict[type[Tool], Draft202012Validator] = {}
 
 
 class ThreadTool(Tool):
-    """A tool whose work is blocking file I/O, run in a worker thread."""
+    """A tool whose work is blocking file I/O, run in a worker thread.
+
+    A thread cannot be interrupted: a read stops at its next `check_cancel`, while a file
+    mutation that has started is allowed to finish and report, so its locks stay held until
+    the file is written and its change is recorded.
+    """
 
     async def run(self, ctx: ToolContext, call: ToolCall, args: dict[str, Any]) -> ToolOutput:
-        return await asyncio.to_thread(self.run_sync, ctx, args)
+        work = asyncio.ensure_future(asyncio.to_thread(self.run_sync, ctx, args))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            if not self.mutates:
+                raise
+            return await work
 
     def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
         """Blocking body of the tool."""

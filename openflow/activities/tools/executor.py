@@ -169,9 +169,10 @@ async def _until_cancelled(ctx: ToolContext, tool: str, work: Awaitable[T]) -> T
     if task in done:
         return task.result()
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    raise Cancelled(tool)
+    try:
+        return await task  # a file mutation already under way finishes and reports
+    except (asyncio.CancelledError, ToolError):
+        raise Cancelled(tool) from None
 
 
 async def _attempts(

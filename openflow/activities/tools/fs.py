@@ -9,6 +9,7 @@ from typing import Any
 from openflow.activities.tools.base import (
     FILE_MUTATION_KEY,
     Failed,
+    FileOp,
     InvalidArgs,
     NotFound,
     ReadRecord,
@@ -337,7 +338,7 @@ class WriteTool(ThreadTool):
         lines = len(split_lines(content))
         changes = []
         if tracked and before != data:
-            op = "create" if before is None else "update"
+            op: FileOp = "create" if before is None else "update"
             changes.append(file_change(shown, op, before, data))
         return ToolOutput(
             content=f"{verb} {shown} ({len(data)} bytes, {lines} lines).", changes=changes

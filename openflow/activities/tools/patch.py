@@ -24,6 +24,7 @@ from typing import Any
 from openflow.activities.tools.base import (
     FILE_MUTATION_KEY,
     FileChange,
+    FileOp,
     InvalidArgs,
     NotFound,
     ThreadTool,
@@ -296,7 +297,7 @@ class ApplyPatchTool(ThreadTool):
             if section.kind == "add":
                 after = ("\n".join(section.added) + "\n").encode("utf-8")
                 state[source.real] = after
-                op = "create" if before is None else "update"
+                op: FileOp = "create" if before is None else "update"
                 changes.append(file_change(source.rel, op, before, after))
                 summary.append(f"A {source.rel}")
                 continue

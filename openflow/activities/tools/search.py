@@ -204,7 +204,7 @@ def expand_braces(pattern: str) -> list[str]:
     return expanded
 
 
-def _glob_spec(pattern: str) -> PathSpec:
+def _glob_spec(pattern: str) -> PathSpec[Any]:
     """A gitignore-style matcher for one glob (pathspec 1.x name, older name as fallback)."""
     try:
         return PathSpec.from_lines("gitignore", [pattern])

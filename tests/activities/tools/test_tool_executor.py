@@ -47,6 +47,18 @@ class _TimedWrite(WriteTool):
         return output
 
 
+class _GatedWrite(WriteTool):
+    """A real write that waits inside its thread until the test opens the gate."""
+
+    entered: ClassVar[threading.Event]
+    gate: ClassVar[threading.Event]
+
+    def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        self.entered.set()
+        self.gate.wait(timeout=5)
+        return super().run_sync(ctx, args)
+
+
 class _Flaky(Tool):
     name = "flaky"
     description = "fails with a transient error, then succeeds"
@@ -206,6 +218,32 @@ async def test_cancel_mid_batch_answers_every_call(harness, wait_until) -> None:
     ]
     assert all(r.is_error for r in outcome.results[1:])
     assert not (harness.workdir / "late.txt").exists()
+
+
+async def test_a_write_under_way_when_cancelled_finishes_and_reports(harness, wait_until) -> None:
+    _GatedWrite.entered, _GatedWrite.gate = threading.Event(), threading.Event()
+    harness.registry = _registry(_GatedWrite())
+    ctx = harness.ctx()
+    task = asyncio.create_task(
+        harness.run(
+            ("write", {"path": "first.txt", "content": "1"}),
+            ("write", {"path": "second.txt", "content": "2"}),
+            ctx=ctx,
+        )
+    )
+    await wait_until(_GatedWrite.entered.is_set)
+    ctx.cancel.set()
+    for _ in range(5):
+        await asyncio.sleep(0)  # let the executor see the cancel while the write is in its thread
+    assert harness.locks.is_locked("path:first.txt")
+    _GatedWrite.gate.set()
+    outcome = await asyncio.wait_for(task, 10)
+    assert outcome.interrupted
+    assert outcome.results[0].content == "Created first.txt (1 bytes, 1 lines)."
+    assert outcome.results[1].content == "[cancelled] write was cancelled"
+    assert [r["path"] for r in outcome.changed_files] == ["first.txt"]
+    assert (harness.workdir / "first.txt").read_text() == "1"
+    assert not (harness.workdir / "second.txt").exists()
 
 
 async def test_cancel_before_the_batch_cancels_everything(harness) -> None:

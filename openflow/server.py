@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -35,6 +36,8 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow.paths import openflow_home
@@ -357,10 +360,12 @@ class EmbeddedServer:
             raise ServerError("the Temporal server is not running; call start() first")
         return self._process.wait()
 
-    async def connect(self, **kwargs: object) -> Client:
-        """Connect a client to this server (keyword arguments go to `Client.connect`)."""
+    async def connect(
+        self, data_converter: DataConverter = pydantic_data_converter, **kwargs: Any
+    ) -> Client:
+        """Connect a client to this server (OpenFlow's pydantic converter unless told otherwise)."""
         kwargs.setdefault("namespace", self.namespace)
-        return await Client.connect(self.address, **kwargs)  # type: ignore[arg-type]
+        return await Client.connect(self.address, data_converter=data_converter, **kwargs)
 
     async def __aenter__(self) -> EmbeddedServer:
         await self.start()

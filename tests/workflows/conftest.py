@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
@@ -46,7 +45,9 @@ def node(node_id: str, **agent: Any) -> dict[str, Any]:
     }
 
 
-def make_workflow(nodes: list[dict[str, Any]], edges: list[tuple[str, str]], **settings: Any) -> Workflow:
+def make_workflow(
+    nodes: list[dict[str, Any]], edges: list[tuple[str, str]], **settings: Any
+) -> Workflow:
     return Workflow.model_validate(
         {
             "id": "wf-test",
@@ -67,7 +68,9 @@ class Harness:
         self.home = home
         self.runs = Runs(client, task_queue)
 
-    def script(self, script: dict[str, list[dict[str, Any]]], exhausted: str | None = "echo") -> None:
+    def script(
+        self, script: dict[str, list[dict[str, Any]]], exhausted: str | None = "echo"
+    ) -> None:
         write_scripted_settings(self.home, script, exhausted)
 
     async def start(self, wf: Workflow, entrypoint: str = "go", **kw: Any) -> str:
@@ -96,7 +99,9 @@ class Harness:
             if predicate(last):
                 return last
             await asyncio.sleep(0.05)
-        raise AssertionError(f"condition not reached; last status {last.get('status')!r}: {json.dumps(last)[:2000]}")
+        raise AssertionError(
+            f"condition not reached; last status {last.get('status')!r}: {json.dumps(last)[:2000]}"
+        )
 
     async def result(self, run_id: str, timeout: float = 60.0) -> RunResult:
         raw = await asyncio.wait_for(self.handle(run_id).result(), timeout)

@@ -153,9 +153,7 @@ async def test_input_answered_by_signal_and_stale_action_rejected(harness: Harne
             "act", Action(kind="input", node_id="other", text="x")
         )
     assert "unknown node 'other'" in str(rejected.value.cause)
-    await harness.handle(run_id).signal(
-        "submit_user_input", {"node_id": "ask", "text": "Ada"}
-    )
+    await harness.handle(run_id).signal("submit_user_input", {"node_id": "ask", "text": "Ada"})
     result = await harness.result(run_id)
     assert result.status == "completed"
     state = await harness.state(run_id)
@@ -170,7 +168,9 @@ async def test_signal_matching_nothing_is_recorded_and_ignored(harness: Harness)
     run_id = await harness.start(wf)
     await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
     await harness.handle(run_id).signal("retry_node", {"node_id": "ask"})
-    await harness.handle(run_id).signal("submit_tool_approval", {"approval_id": "nope", "allow": True})
+    await harness.handle(run_id).signal(
+        "submit_tool_approval", {"approval_id": "nope", "allow": True}
+    )
     events = []
     for _ in range(100):
         events = [e for e in await harness.events(run_id) if e["type"] == "ActionIgnored"]
@@ -190,7 +190,11 @@ async def test_approval_denied_tells_the_model_and_run_continues(harness: Harnes
     harness.script(
         {
             "act": [
-                {"tools": [{"name": "write", "args": {"path": "x.txt", "content": "x"}, "id": "call-w"}]},
+                {
+                    "tools": [
+                        {"name": "write", "args": {"path": "x.txt", "content": "x"}, "id": "call-w"}
+                    ]
+                },
                 {"submit": {"summary": "gave up writing"}},
             ]
         }
@@ -255,7 +259,12 @@ async def test_unconfigured_model_fails_the_run_visibly(harness: Harness) -> Non
     harness.script({})
     wf = make_workflow([node("blank", model="")], [])
     (harness.home / "settings.json").write_text(
-        json.dumps({"active_provider": "scripted", "providers": {"scripted": {"kind": "scripted", "default_model": "", "script": {}}}})
+        json.dumps(
+            {
+                "active_provider": "scripted",
+                "providers": {"scripted": {"kind": "scripted", "default_model": "", "script": {}}},
+            }
+        )
     )
     run_id = await harness.start(wf)
     result = await harness.result(run_id)

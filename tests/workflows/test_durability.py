@@ -1,0 +1,241 @@
+"""Crashes, stops and long runs: what must survive, what must never happen twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from openflow.client import Runs
+from openflow.contracts import RunResult
+from openflow.server import EmbeddedServer, free_port
+from openflow.testing import write_scripted_settings
+from openflow.worker import build_worker
+from openflow.workflows import run as run_module
+from tests.workflows.conftest import Harness, make_workflow, node
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _poll(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout}s")
+
+
+async def test_cancel_during_slow_bash_stops_then_resume_completes(harness: Harness) -> None:
+    harness.script(
+        {
+            "slow": [
+                {"tools": [{"name": "bash", "args": {"command": "sleep 30"}, "id": "call-sleep"}]},
+                {"submit": {"summary": "resumed"}},
+            ]
+        }
+    )
+    wf = make_workflow([node("slow", tools={"approvalMode": "yolo"})], [])
+    run_id = await harness.start(wf)
+    await harness.wait_for(run_id, lambda s: s["statusByNode"]["slow"] == "running_tool")
+    await harness.handle(run_id).cancel()
+    result = await harness.result(run_id)
+    assert result.status == "stopped"
+    events = await harness.events(run_id)
+    done = [e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-sleep"]
+    assert len(done) == 1 and "interrupted or cancelled" in done[0]["content"]
+    assert [e["type"] for e in events].count("Aborted") == 1
+    state = await harness.state(run_id)
+    assert state["status"] == "stopped"
+    await harness.replay(run_id)
+
+    await harness.runs.resume(run_id)
+    result = await harness.result(run_id)
+    assert result.status == "completed"
+    assert result.outputs["slow"] == {"summary": "resumed"}
+    events = await harness.events(run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert any(e["type"] == "RunResumed" for e in events)
+    await harness.replay(run_id)
+
+
+async def test_engine_fault_fails_the_run_instead_of_hanging(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.script({"a": [{"ask": "anything?"}]})
+    real_advance = run_module.engine.advance
+
+    def faulty(snapshot, facts, now_ms):  # type: ignore[no-untyped-def]
+        if any(getattr(f, "kind", "") == "input" for f in facts):
+            raise KeyError("injected fault")
+        return real_advance(snapshot, facts, now_ms)
+
+    monkeypatch.setattr(run_module.engine, "advance", faulty)
+    wf = make_workflow([node("a", requestUserInput=True)], [])
+    run_id = await harness.start(wf)
+    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["a"])
+    await harness.handle(run_id).signal("submit_user_input", {"node_id": "a", "text": "x"})
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(harness.handle(run_id).result(), 30)
+    assert "engine fault" in str(failed.value.cause)
+    desc = await harness.handle(run_id).describe()
+    assert desc.status == WorkflowExecutionStatus.FAILED
+
+
+async def test_bug_outside_the_engine_fails_the_run(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.script({})
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise TypeError("injected bug at start")
+
+    monkeypatch.setattr(run_module.engine, "start", broken)
+    run_id = await harness.start(make_workflow([node("a")], []))
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(harness.handle(run_id).result(), 30)
+
+
+async def test_long_run_continues_as_new_and_keeps_its_events(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_module, "HISTORY_EVENTS_LIMIT", 40)
+    turns = [{"tools": [{"name": "ls", "args": {"path": "."}}]} for _ in range(12)]
+    harness.script({"busy": [*turns, {"submit": {"summary": "done"}}]})
+    wf = make_workflow([node("busy")], [])
+    run_id = await harness.start(wf)
+    first = (await harness.handle(run_id).describe()).run_id
+    result = await harness.result(run_id)
+    assert result.status == "completed"
+    last = (await harness.handle(run_id).describe()).run_id
+    assert last != first, "the run never continued as new"
+    events = await harness.events(run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert sum(1 for e in events if e["type"] == "ToolCompleted") == 12
+    state = await harness.state(run_id)
+    assert state["status"] == "completed"
+
+
+def _spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.workflows.worker_main"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert b"worker ready" in line, line
+    return proc
+
+
+async def test_kill_worker_mid_run_no_side_effect_repeats(
+    client: Client, task_queue: str, openflow_home: Path, openflow_env: dict[str, str]
+) -> None:
+    ledger = openflow_home / "ledger.txt"
+    write_scripted_settings(
+        openflow_home,
+        {
+            "work": [
+                {"tools": [{"name": "bash", "args": {"command": f"echo one >> {ledger}"}}]},
+                {
+                    "tools": [
+                        {
+                            "name": "bash",
+                            "args": {
+                                "command": f"echo start >> {ledger}; sleep 8; echo end >> {ledger}"
+                            },
+                            "id": "call-mid",
+                        }
+                    ]
+                },
+                {"submit": {"summary": "survived"}},
+            ]
+        },
+    )
+    wf = make_workflow([node("work", tools={"approvalMode": "yolo"})], [])
+    first = _spawn_worker(openflow_env)
+    second = None
+    try:
+        runs = Runs(client, task_queue)
+        run_id = await runs.start(wf, entrypoint="go", project_dir=str(openflow_home))
+        await _poll(lambda: ledger.exists() and "start" in ledger.read_text(), what="mid-send")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        second = _spawn_worker(openflow_env)
+        raw = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+        result = RunResult.model_validate(raw)
+        assert result.status == "completed"
+        await asyncio.sleep(0.5)
+        assert ledger.read_text().split() == ["one", "start"]
+        events = await runs.events(run_id)
+        unknown = [e for e in events if e["type"] == "ToolOutcomeUnknown"]
+        assert [e["tool_call_id"] for e in unknown] == ["call-mid"]
+        done = [
+            e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-mid"
+        ]
+        assert len(done) == 1 and "outcome unknown, not re-sent" in done[0]["content"]
+        replies = list((openflow_home / "runs" / run_id / "replies" / "work").iterdir())
+        assert len(replies) == 3, "a completed model turn ran again"
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+async def test_server_restart_mid_run_completes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    address = f"127.0.0.1:{free_port()}"
+    ui = free_port()
+    write_scripted_settings(
+        home,
+        {"a": [{"ask": "continue?"}, {"submit": {"summary": "after restart"}}]},
+    )
+    server = EmbeddedServer(home, address=address, ui_port=ui)
+    await server.start()
+    try:
+        client = await server.connect(data_converter=pydantic_data_converter)
+        runs = Runs(client, "restart-queue")
+        async with build_worker(client, "restart-queue", home):
+            run_id = await runs.start(make_workflow([node("a", requestUserInput=True)], []))
+            await _poll_state(runs, run_id, lambda s: s["awaitingNodeIds"] == ["a"])
+        await server.stop()
+        await server.start()
+        client = await server.connect(data_converter=pydantic_data_converter)
+        runs = Runs(client, "restart-queue")
+        async with build_worker(client, "restart-queue", home):
+            await runs.act(run_id, _input("a", "yes"))
+            raw = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+        assert RunResult.model_validate(raw).status == "completed"
+    finally:
+        await server.stop()
+
+
+def _input(node_id: str, text: str):  # type: ignore[no-untyped-def]
+    from openflow.contracts import Action
+
+    return Action(kind="input", node_id=node_id, text=text)
+
+
+async def _poll_state(runs: Runs, run_id: str, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        try:
+            if predicate(await runs.state(run_id)):
+                return
+        except Exception:  # noqa: BLE001 - the first workflow task may not have run yet
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError("state condition not reached")

@@ -48,6 +48,14 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 _EPHEMERAL = {"type": "ephemeral"}
 
 
+def _auth_headers(api_key: str | None) -> dict[str, str]:
+    """Version header plus `x-api-key`, which every Anthropic-compatible server accepts."""
+    headers = {"anthropic-version": ANTHROPIC_VERSION}
+    if api_key:
+        headers["x-api-key"] = api_key
+    return headers
+
+
 def _add(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
     if not blocks:
         return
@@ -129,7 +137,7 @@ class AnthropicMessagesProvider:
             base_url=(profile.base_url or DEFAULT_BASE_URL).rstrip("/"),
             max_retries=0,
             timeout=profile.request_timeout_secs,
-            default_headers={"anthropic-version": ANTHROPIC_VERSION},
+            default_headers=_auth_headers(api_key),
         )
 
     def build_params(

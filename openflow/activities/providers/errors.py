@@ -210,6 +210,12 @@ def _transport_exception_types() -> tuple[type[BaseException], ...]:
     except ImportError:  # pragma: no cover - only SDK builds that use httpx2 ship it
         pass
     try:
+        import urllib3.exceptions
+
+        types.append(urllib3.exceptions.HTTPError)
+    except ImportError:  # pragma: no cover - botocore depends on urllib3
+        pass
+    try:
         from botocore.exceptions import (
             ConnectionClosedError,
             EndpointConnectionError,

@@ -14,7 +14,7 @@ MAX_BUDGET = 59_000
 ADAPTIVE_MIN_MAX_TOKENS = 16_000
 MANUAL_HEADROOM = 4_096
 
-_FAMILY = re.compile(r"claude-(opus|sonnet|haiku)-(\d+)(?:-(\d+))?")
+_FAMILY = re.compile(r"claude-([a-z]+)-(\d+)(?:-(\d+))?")
 _CLAUDE_3_7 = re.compile(r"claude-3-7")
 _CLAUDE_3 = re.compile(r"claude-3")
 

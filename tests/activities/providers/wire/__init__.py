@@ -1,0 +1,1 @@
+"""Local servers speaking each provider's real wire format, streaming included."""

@@ -64,7 +64,11 @@ class _Capture:
 
 
 class _LiveStream:
-    """Sends output chunks to the live channel as ToolUpdated updates; never fails the call."""
+    """Sends output to the live channel as ToolUpdated deltas; never fails the call.
+
+    Each update carries only the new text (`output_meta.delta`), with the byte offset at which
+    it starts, so followers append rather than replace.
+    """
 
     def __init__(self, ctx: ToolContext, call: ToolCall) -> None:
         self.ctx = ctx
@@ -82,14 +86,15 @@ class _LiveStream:
         if self.sent + len(data) > LIVE_CAP_BYTES:
             text = "\n[live output stopped here; the result holds the rest]\n"
             self.stopped = True
-        self.sent += len(data)
         update = {
             "type": "ToolUpdated",
             "node_id": self.ctx.node_id,
             "tool_call_id": self.call.id,
             "tool_name": self.call.name,
             "content": text,
+            "output_meta": {"delta": True, "offset": self.sent},
         }
+        self.sent += len(data)
         try:
             self.ctx.live(update)
         except Exception:  # the live channel is best-effort by design

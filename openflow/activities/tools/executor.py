@@ -32,8 +32,19 @@ from openflow.activities.tools.base import (
     intent_free,
 )
 from openflow.activities.tools.cache import ResultCache
+from openflow.activities.tools.files import atomic_write
 from openflow.activities.tools.registry import ToolRegistry
 from openflow.activities.tools.spill import spill_if_large
+from openflow.engine.events import (
+    EditBatch,
+    EditBatchRecorded,
+    FileChanged,
+    FileChangeRecord,
+    FileSnapshot,
+    PhaseTimed,
+    ToolArtifactCreated,
+    ToolRetrying,
+)
 from openflow.engine.transcript import ToolCall, ToolResult
 
 logger = logging.getLogger(__name__)
@@ -41,8 +52,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_TOOL_BUDGET = 16
 MAX_BACKOFF_MS = 30_000
 LOCK_WAIT_REPORT_S = 0.1
+INLINE_SNAPSHOT_BYTES = 8 * 1024
 
 T = TypeVar("T")
+RunEvent = EditBatchRecorded | FileChanged | PhaseTimed | ToolArtifactCreated | ToolRetrying
 
 
 class BatchOutcome(BaseModel):
@@ -189,20 +202,43 @@ async def _attempts(
                 raise
             attempt += 1
             delay = tool_backoff_ms(backoff_ms, attempt, ctx.node_id)
-            ctx.emit(
-                {
-                    "type": "ToolRetrying",
-                    "node_id": ctx.node_id,
-                    "tool_call_id": call.id,
-                    "tool_name": call.name,
-                    "attempt": attempt + 1,
-                    "backoff_ms": delay,
-                }
+            _emit(
+                ctx,
+                ToolRetrying(
+                    node_id=ctx.node_id,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    attempt=attempt + 1,
+                    backoff_ms=delay,
+                ),
             )
             await asyncio.sleep(delay / 1000)
         except OSError as error:
             where = f" on {error.filename!r}" if error.filename else ""
             raise Failed(f"{call.name}: {error.strerror or error}{where}") from error
+
+
+def _emit(ctx: ToolContext, event: RunEvent) -> None:
+    """Send a durable run event as a dict; the workflow assigns `seq` and `at_ms`."""
+    ctx.emit(event.model_dump(mode="json", exclude={"seq", "at_ms"}, exclude_none=True))
+
+
+def _snapshot(ctx: ToolContext, change: FileChange) -> FileSnapshot:
+    """Store a before-snapshot under `snapshots/{sha256}`; inline it when it is small text."""
+    before = change.before.content
+    if before is None:
+        return FileSnapshot(path=change.path, existed=False)
+    digest = hashlib.sha256(before).hexdigest()
+    store = ctx.run_dir / "snapshots" / digest
+    if not store.exists():
+        atomic_write(store, before)
+    inline: str | None = None
+    if len(before) <= INLINE_SNAPSHOT_BYTES:
+        try:
+            inline = before.decode("utf-8")
+        except UnicodeDecodeError:
+            inline = None
+    return FileSnapshot(path=change.path, existed=True, content=inline, sha256=digest)
 
 
 def _persist_batch(
@@ -211,49 +247,27 @@ def _persist_batch(
     """Store before-snapshots, emit EditBatchRecorded then FileChanged; return the records."""
     batch_id = uuid.uuid4().hex
     now_ms = int(time.time() * 1000)
-    folder = ctx.run_dir / "edits" / batch_id
-    files = []
-    for index, change in enumerate(changes):
-        before = change.before.content
-        entry: dict[str, Any] = {
-            "path": change.path,
-            "op": change.op,
-            "existed": before is not None,
-        }
-        if change.rename_to:
-            entry["rename_to"] = change.rename_to
-        if before is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-            snapshot = folder / f"{index}.before"
-            snapshot.write_bytes(before)
-            entry["snapshot"] = snapshot.relative_to(ctx.run_dir).as_posix()
-            entry["size_bytes"] = len(before)
-            entry["sha256"] = hashlib.sha256(before).hexdigest()
-        files.append(entry)
-    ctx.emit(
-        {
-            "type": "EditBatchRecorded",
-            "node_id": ctx.node_id,
-            "batch": {
-                "batch_id": batch_id,
-                "tool_call_id": call.id,
-                "tool_name": call.name,
-                "timestamp_ms": now_ms,
-                "files": files,
-            },
-        }
+    batch = EditBatch(
+        batch_id=batch_id,
+        node_id=ctx.node_id,
+        tool_call_id=call.id,
+        tool_name=call.name,
+        timestamp_ms=now_ms,
+        snapshots=tuple(_snapshot(ctx, change) for change in changes),
     )
+    _emit(ctx, EditBatchRecorded(node_id=ctx.node_id, batch=batch))
     records = []
     for change in changes:
-        record: dict[str, Any] = {"path": change.path, "op": change.op}
-        if change.rename_to:
-            record["rename_to"] = change.rename_to
-        if change.diff_summary:
-            record["diff_summary"] = change.diff_summary
-        record["timestamp_ms"] = now_ms
-        record["batch_id"] = batch_id
-        ctx.emit({"type": "FileChanged", "node_id": ctx.node_id, "record": record})
-        records.append(record)
+        record = FileChangeRecord(
+            path=change.path,
+            op=change.op,
+            rename_to=change.rename_to,
+            diff_summary=change.diff_summary,
+            timestamp_ms=now_ms,
+            batch_id=batch_id,
+        )
+        _emit(ctx, FileChanged(node_id=ctx.node_id, record=record))
+        records.append(record.model_dump(mode="json", exclude_none=True))
     return records
 
 
@@ -267,15 +281,15 @@ def _finish(ctx: ToolContext, call: ToolCall, output: ToolOutput) -> _CallOutcom
         content = spilled.content
         artifact_ids += (spilled.artifact_id,)
         meta = {**(meta or {}), "truncation": spilled.truncation}
-        ctx.emit(
-            {
-                "type": "ToolArtifactCreated",
-                "node_id": ctx.node_id,
-                "artifact_id": spilled.artifact_id,
-                "tool_name": call.name,
-                "path": str(spilled.path),
-                "size_bytes": spilled.size_bytes,
-            }
+        _emit(
+            ctx,
+            ToolArtifactCreated(
+                node_id=ctx.node_id,
+                artifact_id=spilled.artifact_id,
+                tool_name=call.name,
+                path=str(spilled.path),
+                size_bytes=spilled.size_bytes,
+            ),
         )
     changed = _persist_batch(ctx, call, output.changes) if output.changes else []
     result = ToolResult(
@@ -329,14 +343,14 @@ async def _run_call(
         async with locks.hold(tool.lock_keys(ctx, args)):
             waited = time.monotonic() - started
             if waited >= LOCK_WAIT_REPORT_S:
-                ctx.emit(
-                    {
-                        "type": "PhaseTimed",
-                        "phase": "tool-wait",
-                        "label": call.name,
-                        "node_id": ctx.node_id,
-                        "duration_ms": int(waited * 1000),
-                    }
+                _emit(
+                    ctx,
+                    PhaseTimed(
+                        phase="tool-wait",
+                        label=call.name,
+                        node_id=ctx.node_id,
+                        duration_ms=int(waited * 1000),
+                    ),
                 )
             async with budget:
                 return await _attempts(ctx, call, tool, args)

@@ -99,5 +99,4 @@ async def test_ast_edit_rewrites_and_records_changes(harness) -> None:
     [record] = outcome.changed_files
     assert (record["path"], record["op"]) == ("a.py", "update")
     [batch] = harness.of_type("EditBatchRecorded")
-    snapshot = harness.run_dir / batch["batch"]["files"][0]["snapshot"]
-    assert snapshot.read_text() == "print(foo(2, 3))\nfoo(1, 2)\n"
+    assert batch["batch"]["snapshots"][0]["content"] == "print(foo(2, 3))\nfoo(1, 2)\n"

@@ -141,10 +141,9 @@ async def test_write_creates_parent_folders_and_records_the_change(harness) -> N
     [changed] = harness.of_type("FileChanged")
     assert changed["record"] == record
     [batch] = harness.of_type("EditBatchRecorded")
-    assert batch["batch"]["files"] == [
-        {"path": "deep/er/new.txt", "op": "create", "existed": False}
-    ]
+    assert batch["batch"]["snapshots"] == [{"path": "deep/er/new.txt", "existed": False}]
     assert batch["batch"]["batch_id"] == record["batch_id"]
+    assert (batch["batch"]["tool_call_id"], batch["batch"]["tool_name"]) == ("c1", "write")
     kinds = [e["type"] for e in harness.events]
     assert kinds == ["EditBatchRecorded", "FileChanged"]
 
@@ -158,8 +157,9 @@ async def test_write_overwrite_keeps_a_before_snapshot(harness) -> None:
     assert target.stat().st_mode & 0o777 == 0o640
     assert outcome.changed_files[0]["op"] == "update"
     [batch] = harness.of_type("EditBatchRecorded")
-    [entry] = batch["batch"]["files"]
-    assert (harness.run_dir / entry["snapshot"]).read_text() == "old\n"
+    [snapshot] = batch["batch"]["snapshots"]
+    assert snapshot["content"] == "old\n"
+    assert (harness.run_dir / "snapshots" / snapshot["sha256"]).read_text() == "old\n"
     assert not [p for p in harness.workdir.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -169,6 +169,16 @@ async def test_write_without_content_is_invalid_args(harness) -> None:
         assert result.is_error
         assert result.content.startswith("[invalid_args] write: missing field 'content' — ")
     assert not (harness.workdir / "a.txt").exists()
+
+
+async def test_large_before_snapshots_stay_out_of_the_event(harness) -> None:
+    big = "x" * 20_000
+    (harness.workdir / "big.txt").write_text(big)
+    await harness.run(("write", {"path": "big.txt", "content": "small"}))
+    [batch] = harness.of_type("EditBatchRecorded")
+    [snapshot] = batch["batch"]["snapshots"]
+    assert "content" not in snapshot
+    assert (harness.run_dir / "snapshots" / snapshot["sha256"]).read_text() == big
 
 
 async def test_write_empty_content_is_allowed(harness) -> None:

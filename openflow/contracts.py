@@ -82,7 +82,10 @@ class PrepareInput(_Model):
 
 
 class PrepareResult(_Model):
-    """The workflow as the run will see it, the profiles it keeps (without keys), the tools."""
+    """The workflow as the run will see it, its providers' kinds, the tools it offers.
+
+    The profiles themselves (without keys) are kept in the run store, not in history.
+    """
 
     workflow: Workflow
     profiles: dict[str, dict[str, Any]]
@@ -101,7 +104,7 @@ class ModelTurnInput(_Model):
     header: AgentRequest | None = None
     delta: TranscriptDelta
     provider_id: str
-    profile: dict[str, Any]
+    profile: dict[str, Any] = Field(default_factory=dict)
 
 
 class ModelTurnResult(_Model):

@@ -37,6 +37,7 @@ _ITEMS = TypeAdapter(list[TranscriptItem])
 PREVIEW_LIMIT = 2_000
 HEARTBEAT_EVERY_S = 1.0
 HANDOFF_LIMIT = 1024 * 1024
+PROFILES_KEY = "profiles.json"
 T = TypeVar("T")
 
 
@@ -105,15 +106,20 @@ class RunActivities:
         settings = load_settings(self.home)
         wf = inp.workflow.model_copy(deep=True)
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
-        if not default or settings.profile(default) is None:
-            default = default or "scripted"
+        if not default:
+            raise_app(
+                "no provider is selected: set active_provider in settings.json or the "
+                "workflow's settings.provider_id"
+            )
         wf.settings.provider_id = default
         used = {default} | {n.agent.provider_id for n in wf.nodes if n.agent.provider_id}
         profiles: dict[str, dict[str, Any]] = {}
         for pid in sorted(p for p in used if p):
             profile = settings.profile(pid)
             if profile is None:
+                raise_app(f"provider {pid!r} is not configured: add it to settings.json")
                 continue
+            self._check_credentials(pid, profile, settings)
             data = profile.model_dump(mode="json", by_alias=False)
             if profile.kind == "scripted":
                 try:
@@ -134,16 +140,32 @@ class RunActivities:
                 agent.model = prof.default_model
         execution_dir = inp.project_dir or str(self.home / "runs" / inp.run_id / "workspace")
         Path(execution_dir).mkdir(parents=True, exist_ok=True)
+        self.store.put_bytes(
+            inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
+        )
         tool_names = sorted(self._tool_specs_by_name())
         catalog = [self._tool_specs_by_name()[n].model_dump(mode="json") for n in tool_names]
         self.store.put_bytes(inp.run_id, "catalog.json", json.dumps(catalog).encode())
         return c.PrepareResult(
             workflow=wf,
-            profiles=profiles,
+            profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
             active_provider=default,
             tool_names=tool_names,
             execution_dir=execution_dir,
         )
+
+    def _check_credentials(
+        self, provider_id: str, profile: ProviderProfile, settings: AppSettings
+    ) -> None:
+        """A run whose provider has no usable key fails at start, naming the variable."""
+        if profile.kind in ("scripted", "bedrock"):
+            return
+        from openflow.activities.providers.registry import default_registry
+
+        try:
+            default_registry().api_key(provider_id, profile, settings)
+        except ProviderError as exc:
+            raise_app(exc.failure.message)
 
     def _tool_specs_by_name(self) -> dict[str, ToolSpec]:
         if self.tools is None:
@@ -190,7 +212,7 @@ class RunActivities:
             )
 
         try:
-            provider = self._provider(inp.provider_id, inp.profile)
+            provider = self._provider(inp.provider_id, self._profile(inp))
             reply = await heartbeating(provider.complete(request, transcript, tools, on_delta))
         except ProviderError as exc:
             return c.ModelTurnResult(failure=exc.failure, persisted_len=persisted)
@@ -213,6 +235,17 @@ class RunActivities:
         items = reply_items(reply)
         self.store.put_bytes(inp.run_id, reply_key, _ITEMS.dump_json(items))
         return c.ModelTurnResult(reply=reply, reply_key=reply_key, persisted_len=persisted)
+
+    def _profile(self, inp: c.ModelTurnInput) -> dict[str, Any]:
+        """The profile the run started with, as prepare_run stored it (keys never included)."""
+        if inp.profile:
+            return inp.profile
+        try:
+            profiles = json.loads(self.store.get_bytes(inp.run_id, PROFILES_KEY))
+        except FileNotFoundError:
+            return {}
+        found = profiles.get(inp.provider_id)
+        return dict(found) if isinstance(found, dict) else {}
 
     def _resolve(self, run_id: str, item: Any) -> str:
         if isinstance(item, StoredItemRef):

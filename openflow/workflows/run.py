@@ -282,7 +282,6 @@ class OpenFlowRun:
         header = request.model_copy(update={"turn_index": 0})
         digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()
         provider_id = request.provider_id or self._active_provider
-        profile = self._profiles.get(provider_id, {})
         inline = digest not in self._headers_sent
         arg = c.ModelTurnInput(
             run_id=request.run_id,
@@ -294,7 +293,6 @@ class OpenFlowRun:
             header=header if inline else None,
             delta=intent.delta,
             provider_id=provider_id,
-            profile=profile,
         )
         try:
             result = await workflow.execute_activity(

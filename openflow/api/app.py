@@ -1,0 +1,136 @@
+"""The FastAPI application over the Temporal client, and `serve` for `openflow api`."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import sys
+from collections.abc import AsyncIterator
+from importlib import metadata
+from pathlib import Path
+
+from fastapi import FastAPI
+from temporalio.client import Client
+
+from openflow.api import health, inbox, runs, workflows
+from openflow.api.auth import TenantKeys
+from openflow.api.deps import ApiContext
+from openflow.api.errors import ServiceUnavailable, UnsafeBind, install_error_handlers
+from openflow.api.middleware import BodyLimit, ErrorBoundary
+from openflow.api.sse import LiveSource
+from openflow.paths import openflow_home
+from openflow.server import task_queue as default_task_queue
+from openflow.server import temporal_address, temporal_namespace
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+
+DESCRIPTION = """\
+Start OpenFlow runs, follow them live, answer their pauses and manage the workflow catalog.
+
+Authenticate with `Authorization: Bearer <key>` using a key from settings.json `api_keys`
+(with no keys configured the API serves loopback only and needs none). Every error is
+`{"error": {"code", "message", "details"?}}`.
+"""
+
+
+def create_app(
+    client: Client | None = None,
+    *,
+    home: Path | None = None,
+    task_queue: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    live: LiveSource | None = None,
+    require_keys: bool = False,
+    poll_interval: float = 0.25,
+    keepalive_interval: float = 15.0,
+) -> FastAPI:
+    """The API app; without `client` it connects to `$OPENFLOW_TEMPORAL_ADDRESS` at start-up."""
+    home = home if home is not None else openflow_home()
+    if live is None:
+        from openflow.live import FileLiveChannel
+
+        live = FileLiveChannel(home / "runs")
+    context = ApiContext(
+        home=home,
+        task_queue=task_queue or default_task_queue(),
+        namespace=client.namespace if client is not None else temporal_namespace(),
+        address=temporal_address(),
+        keys=TenantKeys(home, require_keys=require_keys),
+        live=live,
+        poll_interval=poll_interval,
+        keepalive_interval=keepalive_interval,
+        client=client,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if context.client is None:
+            with contextlib.suppress(ServiceUnavailable):
+                await context.temporal()
+        yield
+
+    app = FastAPI(
+        title="OpenFlow",
+        description=DESCRIPTION,
+        version=_version(),
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.openflow = context
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(workflows.router)
+    app.include_router(runs.router)
+    app.include_router(inbox.router)
+    app.add_middleware(ErrorBoundary)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` only accepts connections from this machine."""
+    name = host.strip().strip("[]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, home: Path | None = None) -> None:
+    """Serve the API with uvicorn until interrupted; raises UnsafeBind for an open, keyless bind."""
+    import uvicorn
+
+    home = home if home is not None else openflow_home()
+    loopback = is_loopback(host)
+    keys = TenantKeys(home)
+    if not keys.configured and not loopback:
+        raise UnsafeBind(
+            f"refusing to serve the API on {host!r}: settings.json has no api_keys, so anyone "
+            f"who reaches the port could drive every run; add api_keys to "
+            f"{home / 'settings.json'} or use --host 127.0.0.1"
+        )
+    app = create_app(home=home, require_keys=not loopback)
+    if not keys.configured:
+        print(
+            f"OpenFlow API: no API keys configured, serving loopback only "
+            f"(http://{host}:{port}, docs at /docs)",
+            file=sys.stderr,
+            flush=True,
+        )
+    uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("openflow-temporal")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "is_loopback", "serve"]

@@ -1,0 +1,113 @@
+"""What route handlers receive: the app's context, the caller's tenant, their runs and catalog."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from openflow.api.auth import TenantKeys, tenant_home
+from openflow.api.errors import ServiceUnavailable
+from openflow.api.sse import LiveSource
+from openflow.catalog import Catalog
+from openflow.client import Runs
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = timedelta(seconds=5)
+
+
+@dataclass
+class ApiContext:
+    """Everything the routes share: where files live, how to reach Temporal, who may call."""
+
+    home: Path
+    task_queue: str
+    namespace: str
+    address: str
+    keys: TenantKeys
+    live: LiveSource | None = None
+    poll_interval: float = 0.25
+    keepalive_interval: float = 15.0
+    client: Client | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def temporal(self) -> Client:
+        """The Temporal client, connecting on first use; 503 while Temporal is unreachable."""
+        if self.client is not None:
+            return self.client
+        async with self._lock:
+            if self.client is None:
+                try:
+                    self.client = await Client.connect(
+                        self.address,
+                        namespace=self.namespace,
+                        data_converter=pydantic_data_converter,
+                        connect_timeout=CONNECT_TIMEOUT,
+                    )
+                except Exception as exc:  # any connect failure means the same to a caller
+                    logger.warning("cannot reach Temporal at %s: %s", self.address, exc)
+                    raise ServiceUnavailable(
+                        f"Temporal at {self.address} cannot be reached; start it "
+                        "(`openflow server`) or set OPENFLOW_TEMPORAL_ADDRESS"
+                    ) from None
+            return self.client
+
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="An API key from settings.json `api_keys` (not needed when none is configured)",
+)
+
+
+def get_context(request: Request) -> ApiContext:
+    context: ApiContext = request.app.state.openflow
+    return context
+
+
+ContextDep = Annotated[ApiContext, Depends(get_context)]
+
+
+def get_tenant(
+    context: ContextDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    return context.keys.tenant_for(credentials.credentials if credentials else None)
+
+
+TenantDep = Annotated[str, Depends(get_tenant)]
+
+
+async def get_runs(context: ContextDep, tenant: TenantDep) -> Runs:
+    return Runs(await context.temporal(), context.task_queue, tenant)
+
+
+RunsDep = Annotated[Runs, Depends(get_runs)]
+
+
+def get_catalog(context: ContextDep, tenant: TenantDep) -> Catalog:
+    return Catalog(tenant_home(context.home, tenant))
+
+
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+
+
+__all__ = [
+    "ApiContext",
+    "CatalogDep",
+    "ContextDep",
+    "RunsDep",
+    "TenantDep",
+    "get_catalog",
+    "get_context",
+    "get_runs",
+    "get_tenant",
+]

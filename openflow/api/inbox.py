@@ -1,0 +1,195 @@
+"""`/inbox`: every input, approval and retry waiting for a person across the caller's live runs.
+
+The live runs come from Temporal's visibility (tenant and task queue as search attributes); what
+each one waits for comes from its `state` query. A run that does not answer in time is left out
+rather than holding up the whole inbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter
+from temporalio.client import (
+    Client,
+    RPCTimeoutOrCancelledError,
+    WorkflowExecution,
+    WorkflowQueryFailedError,
+)
+from temporalio.service import RPCError
+
+from openflow import contracts as c
+from openflow.api.deps import ContextDep, RunsDep
+from openflow.api.errors import documented
+from openflow.api.models import InboxAction, InboxItem
+from openflow.api.routing import StrictJsonRoute
+from openflow.client import SA_TENANT, SA_WORKFLOW_ID, SA_WORKFLOW_NAME
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["inbox"], route_class=StrictJsonRoute)
+
+MAX_RUNS = 500
+STATE_TIMEOUT = timedelta(seconds=3)
+PARALLEL_QUERIES = 16
+
+
+@router.get("/inbox", response_model=list[InboxItem], responses=documented(401, 503))
+async def inbox(runs: RunsDep, context: ContextDep) -> list[InboxItem]:
+    """What your live runs wait for, newest first, each with the request that settles it."""
+    query = " AND ".join(
+        [
+            f"WorkflowType = '{_quoted(c.WORKFLOW_NAME)}'",
+            "ExecutionStatus = 'Running'",
+            f"{c.SA_TENANT} = '{_quoted(runs.tenant)}'",
+            f"TaskQueue = '{_quoted(context.task_queue)}'",
+        ]
+    )
+    executions = [wf async for wf in runs.client.list_workflows(query, limit=MAX_RUNS)]
+    gate = asyncio.Semaphore(PARALLEL_QUERIES)
+    found = await asyncio.gather(
+        *(_items_of_run(runs.client, wf, runs.tenant, gate) for wf in executions)
+    )
+    items = [item for run_items in found for item in run_items]
+    items.sort(key=lambda item: item.since_ms or 0, reverse=True)
+    return items
+
+
+async def _items_of_run(
+    client: Client, wf: WorkflowExecution, tenant: str, gate: asyncio.Semaphore
+) -> list[InboxItem]:
+    if (wf.typed_search_attributes.get(SA_TENANT) or "") != tenant:
+        return []
+    async with gate:
+        try:
+            state: dict[str, Any] = await client.get_workflow_handle(wf.id).query(
+                c.QUERY_STATE, result_type=dict, rpc_timeout=STATE_TIMEOUT
+            )
+        except (RPCError, RPCTimeoutOrCancelledError, WorkflowQueryFailedError) as exc:
+            logger.warning("inbox skips run %s: its state query failed (%s)", wf.id, exc)
+            return []
+    start_ms = int(wf.start_time.timestamp() * 1000) if wf.start_time else None
+    base = {
+        "run_id": wf.id,
+        "workflow_id": wf.typed_search_attributes.get(SA_WORKFLOW_ID) or "",
+        "workflow_name": wf.typed_search_attributes.get(SA_WORKFLOW_NAME) or "",
+    }
+    return pending_items(state, base, start_ms)
+
+
+def pending_items(
+    state: dict[str, Any], base: dict[str, str], start_ms: int | None = None
+) -> list[InboxItem]:
+    """The inbox items of one run's state, each with the request that settles it."""
+    if state.get("active") is False:
+        return []
+    run_id = base["run_id"]
+    run_path = f"/runs/{quote(run_id, safe='')}"
+    labels = _labels(state)
+    items: list[InboxItem] = []
+    for approval in state.get("pendingApprovals") or []:
+        node = str(approval.get("nodeId", ""))
+        approval_id = str(approval.get("approvalId", ""))
+        path = f"{run_path}/approvals/{quote(approval_id, safe='')}"
+        items.append(
+            InboxItem(
+                **base,
+                kind="approval",
+                node_id=node,
+                label=approval.get("nodeLabel") or labels.get(node, node),
+                approval_id=approval_id,
+                tool_call=approval.get("toolCall"),
+                tool_calls=list(approval.get("toolCalls") or []),
+                tier=approval.get("tier"),
+                since_ms=_since(state, node, "paused") or start_ms,
+                actions=[
+                    InboxAction(label="approve", path=path, body={"allow": True}),
+                    InboxAction(label="deny", path=path, body={"allow": False, "reason": ""}),
+                ],
+            )
+        )
+    structured = state.get("structuredInputByNode") or {}
+    for node in state.get("awaitingNodeIds") or []:
+        items.append(
+            InboxItem(
+                **base,
+                kind="input",
+                node_id=node,
+                label=labels.get(node, node),
+                question=_question(state, node),
+                structured_input=structured.get(node),
+                since_ms=_since(state, node, "paused") or start_ms,
+                actions=[
+                    InboxAction(
+                        label="answer",
+                        path=f"{run_path}/input",
+                        body={"node_id": node, "text": ""},
+                    )
+                ],
+            )
+        )
+    for node, status in sorted((state.get("statusByNode") or {}).items()):
+        if status not in ("failed", "interrupted"):
+            continue
+        error = "interrupted" if status == "interrupted" else _failure(state, node)
+        items.append(
+            InboxItem(
+                **base,
+                kind="retry",
+                node_id=node,
+                label=labels.get(node, node),
+                error=error,
+                since_ms=_since(state, node, "failed" if status == "failed" else "paused")
+                or start_ms,
+                actions=[
+                    InboxAction(label="retry", path=f"{run_path}/retry", body={"node_id": node})
+                ],
+            )
+        )
+    return items
+
+
+def _labels(state: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for entry in state.get("runTrace") or []:
+        node = entry.get("nodeId")
+        label = entry.get("nodeLabel")
+        if node and label and entry.get("status") in ("queued", "paused", "failed"):
+            labels[node] = label
+    return labels
+
+
+def _since(state: dict[str, Any], node: str, status: str) -> int | None:
+    for entry in reversed(state.get("runTrace") or []):
+        if entry.get("nodeId") == node and entry.get("status") == status:
+            at = entry.get("atMs")
+            return int(at) if isinstance(at, int) and at > 0 else None
+    return None
+
+
+def _question(state: dict[str, Any], node: str) -> str | None:
+    for message in reversed((state.get("chatLogs") or {}).get(node) or []):
+        role = message.get("role")
+        if role == "user":
+            return None
+        if role == "assistant" and str(message.get("content", "")).strip():
+            return str(message["content"])
+    return None
+
+
+def _failure(state: dict[str, Any], node: str) -> str | None:
+    for entry in reversed(state.get("runTrace") or []):
+        if entry.get("nodeId") == node and entry.get("status") == "failed":
+            return str(entry.get("message", "")) or None
+    return state.get("lastError")
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+__all__ = ["pending_items", "router"]

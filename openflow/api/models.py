@@ -1,0 +1,172 @@
+"""The HTTP bodies that are the API's own: requests that name a run's action, and small replies.
+
+Workflows, run state, run events and run summaries are the project's models (`Workflow`,
+`WorkflowRunState`, `RunEvent`, `RunSummary`); only the shapes that exist because of HTTP live
+here. Each action body maps onto the one `Action` the `act` update takes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from openflow.contracts import Action
+from openflow.engine.spec import Workflow
+from openflow.engine.transcript import ToolCall
+
+RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRun(_Body):
+    """Start a run of a catalog workflow (`workflow_id`) or of an inline `workflow`."""
+
+    workflow_id: str | None = Field(
+        default=None, min_length=1, description="A workflow of the catalog; snapshotted at start"
+    )
+    workflow: Workflow | None = Field(default=None, description="An inline workflow")
+    entrypoint: str = Field(default="", description="The text the root nodes receive")
+    run_id: str | None = Field(
+        default=None,
+        pattern=RUN_ID_PATTERN,
+        description="Your own run id (letters, digits, '_', '.', '-'); `run-<uuid>` when absent",
+    )
+    project_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Absolute path of the project folder the run works in (server side)",
+    )
+    provider_id: str | None = Field(
+        default=None, min_length=1, description="A provider profile of settings.json"
+    )
+
+    @model_validator(mode="after")
+    def _one_workflow(self) -> StartRun:
+        if (self.workflow_id is None) == (self.workflow is None):
+            raise ValueError("give exactly one of 'workflow_id' and 'workflow'")
+        return self
+
+
+class RunRef(BaseModel):
+    """A run the request started, stopped or resumed."""
+
+    run_id: str
+    status: Literal["running", "stopping"]
+    workflow_id: str | None = None
+
+
+class InputBody(_Body):
+    """A person's answer to a node awaiting input."""
+
+    node_id: str = Field(min_length=1)
+    text: str
+
+    def action(self) -> Action:
+        return Action(kind="input", node_id=self.node_id, text=self.text)
+
+
+class ApprovalBody(_Body):
+    """A person's decision on a pending tool approval."""
+
+    allow: bool
+    reason: str | None = None
+
+    def action(self, approval_id: str) -> Action:
+        return Action(
+            kind="approval", approval_id=approval_id, allow=self.allow, reason=self.reason
+        )
+
+
+class RetryBody(_Body):
+    """Retry a failed or interrupted node, optionally with a message to it."""
+
+    node_id: str = Field(min_length=1)
+    message: str | None = None
+
+    def action(self) -> Action:
+        return Action(kind="retry", node_id=self.node_id, message=self.message)
+
+
+class MessageBody(_Body):
+    """A live message to a node."""
+
+    node_id: str = Field(min_length=1)
+    text: str
+
+    def action(self) -> Action:
+        return Action(kind="message", node_id=self.node_id, text=self.text)
+
+
+class ActionResult(BaseModel):
+    """The run accepted the action; `status` is the run's status once it was applied."""
+
+    accepted: bool = True
+    status: str
+
+
+class ValidationOk(BaseModel):
+    """The workflow passed every rule."""
+
+    ok: Literal[True] = True
+
+
+class InboxAction(BaseModel):
+    """One way to settle an inbox item: the exact request to send."""
+
+    label: str
+    method: Literal["POST"] = "POST"
+    path: str
+    body: dict[str, Any]
+
+
+class InboxItem(BaseModel):
+    """Something a person must do for a run to go on."""
+
+    run_id: str
+    workflow_id: str = ""
+    workflow_name: str = ""
+    kind: Literal["input", "approval", "retry"]
+    node_id: str
+    label: str = Field(description="The node's label")
+    approval_id: str | None = None
+    question: str | None = Field(default=None, description="What the node asks (input)")
+    structured_input: dict[str, Any] | None = Field(
+        default=None, description="A structured question (input)"
+    )
+    tool_call: ToolCall | None = Field(default=None, description="The first call (approval)")
+    tool_calls: list[ToolCall] = Field(default_factory=list, description="The whole batch")
+    tier: str | None = None
+    error: str | None = Field(default=None, description="Why the node failed (retry)")
+    since_ms: int | None = Field(default=None, description="When the run started waiting")
+    actions: list[InboxAction]
+
+
+class Health(BaseModel):
+    """Whether the API is up and reaches Temporal."""
+
+    status: Literal["ok", "degraded"]
+    temporal: Literal["connected", "unreachable"]
+    namespace: str
+    task_queue: str
+
+
+__all__ = [
+    "RUN_ID_PATTERN",
+    "ActionResult",
+    "ApprovalBody",
+    "Health",
+    "InboxAction",
+    "InboxItem",
+    "InputBody",
+    "MessageBody",
+    "RetryBody",
+    "RunRef",
+    "RunStatus",
+    "StartRun",
+    "ValidationOk",
+]

@@ -1,0 +1,209 @@
+"""A run's events as Server-Sent Events: durable events with their `seq` as the id, live deltas between.
+
+Durable events come from polling the run's `events` query, so a follower that reconnects with
+`Last-Event-ID: N` gets exactly the events after N. Live token deltas and streaming tool output
+come from the live channel as `event: delta` messages without an id, so they never move the
+resumption point. Comments keep idle connections open; the stream ends after the run's final
+event (Finished, NodeFailed, Aborted or a fatal Error), or when the run's execution has closed
+and every event was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any, Protocol
+
+from pydantic import TypeAdapter, ValidationError
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+
+from openflow import contracts as c
+from openflow.api.errors import as_http_error, error_body
+from openflow.engine.events import RunEvent
+
+logger = logging.getLogger(__name__)
+
+MEDIA_TYPE = "text/event-stream"
+RECONNECT_MS = 2000
+QUERY_TIMEOUT = timedelta(seconds=10)
+CLOSED_CHECK_SECONDS = 1.0
+_EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
+_FINAL_TYPES = frozenset({"Finished", "NodeFailed", "Aborted"})
+
+
+class LiveSource(Protocol):
+    """Where live deltas come from (`openflow.live.FileLiveChannel` by default)."""
+
+    def subscribe(self, run_id: str, after: int = 0) -> AsyncIterator[dict[str, Any]]: ...
+
+
+def wants_stream(accept: str | None) -> bool:
+    """Whether an Accept header asks for Server-Sent Events."""
+    return bool(accept) and MEDIA_TYPE in (accept or "").lower()
+
+
+def is_final(event: dict[str, Any]) -> bool:
+    """Whether a durable event ends the run."""
+    kind = event.get("type")
+    if kind in _FINAL_TYPES:
+        return True
+    return kind == "Error" and not str(event.get("message", "")).startswith("ignored ")
+
+
+def public_event(event: dict[str, Any]) -> dict[str, Any]:
+    """An event as the API shows it: the RunEvent model's JSON (raw when the model rejects it)."""
+    try:
+        parsed = _EVENT.validate_python(event)
+    except ValidationError:
+        logger.warning("run event of type %r does not match its model", event.get("type"))
+        return event
+    data: dict[str, Any] = _EVENT.dump_python(parsed, mode="json", by_alias=True)
+    return data
+
+
+def frame(data: dict[str, Any], *, event_id: int | None = None, event: str | None = None) -> str:
+    """One SSE message."""
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    if event is not None:
+        lines.append(f"event: {event}")
+    lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    return "\n".join(lines) + "\n\n"
+
+
+async def _query_events(handle: WorkflowHandle[Any, Any], after: int) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = await handle.query(
+        c.QUERY_EVENTS, {"after": after}, result_type=list, rpc_timeout=QUERY_TIMEOUT
+    )
+    return events
+
+
+async def _is_closed(handle: WorkflowHandle[Any, Any]) -> bool:
+    desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    return desc.status != WorkflowExecutionStatus.RUNNING
+
+
+class _Follower:
+    """One follower's view of one run: a queue both producers feed and the response drains."""
+
+    def __init__(
+        self,
+        handle: WorkflowHandle[Any, Any],
+        run_id: str,
+        after: int,
+        live: LiveSource | None,
+        poll_interval: float,
+    ) -> None:
+        self.handle = handle
+        self.run_id = run_id
+        self.last = after
+        self.live = live
+        self.poll_interval = poll_interval
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=1024)
+
+    async def durable(self) -> None:
+        try:
+            await self._poll()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a stream cannot answer with a status any more; it says why
+            mapped = as_http_error(exc)
+            if mapped is None:
+                logger.error("event stream of %s broke off", self.run_id, exc_info=exc)
+                body = error_body("internal_error", "the event stream broke off; reconnect")
+            else:
+                body = error_body(mapped.code, mapped.message)
+            await self.queue.put(("error", body))
+
+    async def _poll(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_check = loop.time()
+        while True:
+            batch = await _query_events(self.handle, self.last)
+            if await self._emit(batch):
+                return
+            if not batch and loop.time() >= next_check:
+                next_check = loop.time() + CLOSED_CHECK_SECONDS
+                if await _is_closed(self.handle):
+                    with contextlib.suppress(Exception):
+                        await self._emit(await _query_events(self.handle, self.last))
+                    await self.queue.put(("end", None))
+                    return
+            await asyncio.sleep(self.poll_interval)
+
+    async def _emit(self, batch: list[dict[str, Any]]) -> bool:
+        """Queue new events; True once the run's final event went out."""
+        fresh = [e for e in batch if int(e.get("seq", 0)) > self.last]
+        for event in fresh:
+            self.last = int(event["seq"])
+            await self.queue.put(("event", event))
+        if fresh and is_final(fresh[-1]):
+            await self.queue.put(("end", None))
+            return True
+        return False
+
+    async def deltas(self) -> None:
+        if self.live is None:
+            return
+        try:
+            async for delta in self.live.subscribe(self.run_id):
+                await self.queue.put(("delta", delta))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # live deltas are a courtesy: the durable stream goes on
+            logger.warning("live deltas of %s stopped: %s", self.run_id, exc)
+
+
+async def event_stream(
+    handle: WorkflowHandle[Any, Any],
+    run_id: str,
+    *,
+    after: int,
+    live: LiveSource | None,
+    poll_interval: float,
+    keepalive_interval: float,
+) -> AsyncIterator[str]:
+    """The SSE text of one run from `after` on, until the run ends or the follower leaves."""
+    follower = _Follower(handle, run_id, after, live, poll_interval)
+    tasks = [
+        asyncio.create_task(follower.durable(), name=f"sse-events-{run_id}"),
+        asyncio.create_task(follower.deltas(), name=f"sse-live-{run_id}"),
+    ]
+    try:
+        yield f"retry: {RECONNECT_MS}\n\n"
+        while True:
+            try:
+                kind, payload = await asyncio.wait_for(follower.queue.get(), keepalive_interval)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            if kind == "event":
+                yield frame(public_event(payload), event_id=int(payload["seq"]))
+            elif kind == "delta":
+                yield frame(payload, event="delta")
+            elif kind == "error":
+                yield frame(payload, event="error")
+                return
+            else:
+                yield ": end of run\n\n"
+                return
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+__all__ = [
+    "MEDIA_TYPE",
+    "LiveSource",
+    "event_stream",
+    "frame",
+    "is_final",
+    "public_event",
+    "wants_stream",
+]

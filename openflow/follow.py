@@ -1,0 +1,645 @@
+"""Follow a run at the terminal: live progress, streamed tokens, and prompts when it pauses.
+
+The durable run events (the `events` query) drive what is shown; token deltas and streaming
+tool output come from the live channel when the worker shares this machine's `OPENFLOW_HOME`.
+When the run pauses for a person, `follow_run` either asks at the terminal (interactive) or
+returns the open pauses so the caller can print how to answer them (`answer_hint`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.text import Text
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.service import RPCError
+
+from openflow import contracts as c
+from openflow.client import ActionRejected, Runs
+
+logger = logging.getLogger(__name__)
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "stopped"})
+POLL_INTERVAL_S = 0.15
+NO_WORKER_HINT_AFTER_S = 5.0
+QUERY_TIMEOUT_S = 5.0
+
+PauseKind = Literal["input", "approval", "retry"]
+Prompter = Callable[[str], Awaitable[str | None]]
+LiveSource = Callable[[str], AsyncIterator[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Something the run waits for a person to do."""
+
+    kind: PauseKind
+    node_id: str
+    label: str
+    key: str
+    detail: str = ""
+    approval_id: str = ""
+    calls: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass
+class FollowOutcome:
+    """How following ended: the run's status and, when it waits for a person, what for."""
+
+    status: str
+    pauses: list[Pause] = field(default_factory=list)
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.pauses) and self.status not in TERMINAL_STATUSES
+
+
+def shell_quote(text: str) -> str:
+    """`text` as one shell word, in double quotes only when it needs them."""
+    if text and all(ch.isalnum() or ch in "-_./:@" for ch in text):
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
+    return f'"{escaped}"'
+
+
+def answer_hint(run_id: str, pause: Pause) -> str:
+    """The command that answers `pause`, for people following without a terminal."""
+    run = shell_quote(run_id)
+    if pause.kind == "input":
+        return f"openflow runs input {run} {shell_quote(pause.node_id)} TEXT"
+    if pause.kind == "approval":
+        approval = shell_quote(pause.approval_id)
+        return (
+            f"openflow runs approve {run} {approval}   "
+            f"or: openflow runs deny {run} {approval} --reason TEXT"
+        )
+    return f"openflow runs retry {run} {shell_quote(pause.node_id)} [--message TEXT]"
+
+
+def describe_pause(pause: Pause) -> str:
+    """One line saying what the run waits for."""
+    if pause.kind == "input":
+        question = f": {pause.detail}" if pause.detail else ""
+        return f"{pause.label} is waiting for input{question}"
+    if pause.kind == "approval":
+        tools = ", ".join(call_summary(call) for call in pause.calls) or "a tool batch"
+        return f"{pause.label} asks to run {tools} (approval {pause.approval_id})"
+    return f"{pause.label} failed and waits for a retry: {pause.detail}"
+
+
+def call_summary(call: dict[str, Any], width: int = 60) -> str:
+    """`write(path=notes.md, content=<312 chars>)`: a tool call in one short line."""
+    name = str(call.get("name") or call.get("tool_name") or "tool")
+    args = call.get("arguments") or {}
+    parts = []
+    for key, value in args.items() if isinstance(args, dict) else ():
+        if key in ("_i", "intent"):
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if "\n" in text or len(text) > width:
+            text = f"<{len(text)} chars>"
+        parts.append(f"{key}={text}")
+    return f"{name}({', '.join(parts)})"
+
+
+def find_pauses(state: dict[str, Any], opened: dict[str, Any]) -> list[Pause]:
+    """Every pause the state shows, keyed so an answered pause is not asked about twice.
+
+    `opened` maps `"input:<node>"` and `"retry:<node>"` to the seq of the event that opened
+    the pause (so a node that pauses again gets a new key) and `"question:<node>"` to the
+    text of its input request.
+    """
+    if state.get("status") in TERMINAL_STATUSES:
+        return []
+    labels = node_labels(state)
+    pauses: list[Pause] = []
+    for node_id in state.get("awaitingNodeIds") or []:
+        seq = opened.get(f"input:{node_id}", 0)
+        pauses.append(
+            Pause(
+                kind="input",
+                node_id=node_id,
+                label=labels.get(node_id, node_id),
+                key=f"input:{node_id}:{seq}",
+                detail=question_text(state, node_id, opened),
+            )
+        )
+    for pending in state.get("pendingApprovals") or []:
+        approval_id = str(pending.get("approvalId", ""))
+        calls = pending.get("toolCalls") or [pending.get("toolCall") or {}]
+        node_id = str(pending.get("nodeId", ""))
+        pauses.append(
+            Pause(
+                kind="approval",
+                node_id=node_id,
+                label=str(pending.get("nodeLabel") or labels.get(node_id, node_id)),
+                key=f"approval:{approval_id}",
+                approval_id=approval_id,
+                calls=tuple(call for call in calls if call),
+            )
+        )
+    if state.get("active", True):
+        for node_id, status in sorted((state.get("statusByNode") or {}).items()):
+            if status not in ("failed", "interrupted"):
+                continue
+            seq = opened.get(f"retry:{node_id}", 0)
+            detail = "interrupted" if status == "interrupted" else str(state.get("lastError") or "")
+            pauses.append(
+                Pause(
+                    kind="retry",
+                    node_id=node_id,
+                    label=labels.get(node_id, node_id),
+                    key=f"retry:{node_id}:{seq}",
+                    detail=detail,
+                )
+            )
+    return pauses
+
+
+def node_labels(state: dict[str, Any]) -> dict[str, str]:
+    """Node labels as the run trace shows them."""
+    labels: dict[str, str] = {}
+    for entry in state.get("runTrace") or []:
+        node_id, label = entry.get("nodeId"), entry.get("nodeLabel")
+        if node_id and label and node_id not in labels and entry.get("status") != "running":
+            labels[node_id] = label
+    return labels
+
+
+def question_text(state: dict[str, Any], node_id: str, questions: dict[str, Any]) -> str:
+    """The question a node asked: its structured question, else the text of its input pause."""
+    structured = (state.get("structuredInputByNode") or {}).get(node_id)
+    if structured:
+        return structured_question_text(structured)
+    text = questions.get(f"question:{node_id}")
+    return str(text) if text else ""
+
+
+def structured_question_text(structured: dict[str, Any]) -> str:
+    """An ask_user_question payload as one line: questions and their options."""
+    items = structured.get("questions")
+    if not isinstance(items, list):
+        items = [structured]
+    parts = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        question = str(item.get("question") or item.get("header") or "").strip()
+        options = [
+            str(o.get("label") if isinstance(o, dict) else o) for o in item.get("options") or []
+        ]
+        parts.append(f"{question} [{' / '.join(options)}]" if options else question)
+    return " ".join(p for p in parts if p) or json.dumps(structured, ensure_ascii=False)
+
+
+class Renderer:
+    """Prints run events as short lines; streamed tokens flow inline under their node."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.labels: dict[str, str] = {}
+        self._stream: str | None = None
+        self._streamed: set[str] = set()
+
+    def label(self, node_id: str | None) -> str:
+        if not node_id:
+            return "run"
+        return self.labels.get(node_id, node_id)
+
+    def _line(self, text: str | Text, style: str = "") -> None:
+        self._close_stream()
+        if isinstance(text, str):
+            text = Text(text, style=style)
+        self.console.print(text, soft_wrap=True, highlight=False)
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self.console.print(soft_wrap=True)
+            self._stream = None
+
+    def live(self, event: dict[str, Any]) -> None:
+        """Render one live-channel event (token deltas, streaming tool output)."""
+        kind = event.get("type")
+        if kind == "ChatMessageDelta":
+            message_id = str(event.get("message_id") or "")
+            if event.get("finalize"):
+                if self._stream == message_id:
+                    self._close_stream()
+                return
+            delta = str(event.get("delta") or "")
+            if not delta:
+                return
+            if self._stream != message_id:
+                self._close_stream()
+                node = self.label(event.get("node_id"))
+                self.console.print(Text(f"  {node} › ", style="cyan"), end="", soft_wrap=True)
+                self._stream = message_id
+            self._streamed.add(str(event.get("node_id") or ""))
+            style = "dim italic" if event.get("role") == "thinking" else "dim"
+            self.console.print(Text(delta, style=style), end="", soft_wrap=True)
+        elif kind == "ToolUpdated":
+            content = str(event.get("content") or "").rstrip()
+            if content:
+                tool = event.get("tool_name") or "tool"
+                for row in content.splitlines()[-5:]:
+                    self._line(f"      {tool} │ {row}", "dim")
+
+    def event(self, event: dict[str, Any]) -> None:
+        """Render one durable run event."""
+        kind = str(event.get("type") or "")
+        node_id = event.get("node_id")
+        if node_id and event.get("label"):
+            self.labels[str(node_id)] = str(event["label"])
+        node = self.label(node_id)
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is not None:
+            handler(event, node)
+
+    def _on_RunStarted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        name = event.get("workflow_name") or event.get("workflow_id") or "workflow"
+        self._line(f"▶ {name}: run started", "bold")
+
+    def _on_NodeStarted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        attempt = int(event.get("model_attempt") or 1)
+        again = f" (attempt {attempt})" if attempt > 1 else ""
+        self._line(f"● {node} started{again}", "cyan")
+
+    def _on_ChatMessage(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        role = event.get("role")
+        content = str(event.get("content") or "").strip()
+        if not content or event.get("message_kind") == "node_completed":
+            return
+        if role == "assistant":
+            self._line(f"  {node} › {_clip(content, 400)}", "dim")
+        elif role == "user":
+            self._line(f"  you → {node}: {_clip(content, 200)}", "magenta")
+        elif role == "system":
+            self._line(f"  {node}: {_clip(content, 200)}", "dim")
+
+    def _on_NodeAwaitingInput(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        question = str(event.get("context") or "").strip()
+        structured = event.get("structured_input")
+        if structured:
+            question = structured_question_text(structured)
+        suffix = f": {_clip(question, 400)}" if question else ""
+        self._line(f"⏸ {node} is waiting for input{suffix}", "yellow")
+
+    def _on_ToolApprovalRequested(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        request = event.get("request") or {}
+        label = _pick(request, "node_label", "nodeLabel") or self.label(
+            _pick(request, "node_id", "nodeId")
+        )
+        calls = _pick(request, "tool_calls", "toolCalls") or [
+            _pick(request, "tool_call", "toolCall") or {}
+        ]
+        tools = ", ".join(call_summary(call) for call in calls if call)
+        self._line(f"⏸ {label} asks to run {tools}", "yellow")
+
+    def _on_ToolApproved(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(f"  ✓ {event.get('tool_name')} approved", "green")
+
+    def _on_ToolDenied(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        reason = event.get("reason") or ""
+        self._line(f"  ✗ {event.get('tool_name')} denied: {_clip(str(reason), 200)}", "red")
+
+    def _on_ToolStarted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        call = {"name": event.get("tool_name"), "arguments": event.get("arguments") or {}}
+        self._line(f"  ⚙ {node}: {call_summary(call)}", "blue")
+
+    def _on_ToolRetrying(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(
+            f"  ↻ {event.get('tool_name')} retrying (attempt {event.get('attempt')}, "
+            f"in {event.get('backoff_ms')} ms)",
+            "yellow",
+        )
+
+    def _on_ToolCompleted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        first = _first_line(str(event.get("content") or ""))
+        if event.get("is_error"):
+            self._line(f"    ✗ {event.get('tool_name')}: {_clip(first, 160)}", "red")
+        else:
+            self._line(f"    ✓ {event.get('tool_name')}: {_clip(first, 160)}", "dim")
+
+    def _on_FileChanged(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        record = event.get("record") or {}
+        self._line(f"    {record.get('op', 'changed')} {record.get('path', '')}", "dim")
+
+    def _on_NodeCompleted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        handoff = event.get("handoff") or {}
+        where = f" → {handoff['uri']}" if handoff.get("uri") else ""
+        self._line(f"✔ {node} completed{where}", "green")
+        summary = _output_summary(event.get("output"))
+        if summary and str(event.get("node_id") or "") not in self._streamed:
+            self._line(f"  {_clip(summary, 300)}", "dim")
+
+    def _on_NodeErrored(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(f"✖ {node} failed: {_clip(str(event.get('error') or ''), 300)}", "red")
+
+    def _on_NodeFailed(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(f"✖ {node} failed: {_clip(str(event.get('error') or ''), 300)}", "bold red")
+
+    def _on_NodeInterrupted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(f"⏸ {node} interrupted", "yellow")
+
+    def _on_OutputRepairStarted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(f"  {node}: repairing malformed output with {event.get('model')}", "dim")
+
+    def _on_OutputRepairFailed(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(f"  {node}: output repair failed: {event.get('reason')}", "yellow")
+
+    def _on_ActionIgnored(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(f"  ignored action: {event.get('reason')}", "yellow")
+
+    def _on_Finished(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line("■ run completed", "bold green")
+
+    def _on_Aborted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line("■ run stopped", "bold yellow")
+
+    def _on_Error(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        message = str(event.get("message") or "")
+        style = "yellow" if message.startswith("ignored ") else "bold red"
+        self._line(f"  {message}", style)
+
+    def flush(self) -> None:
+        """End a token stream that is still open, so what follows starts on its own line."""
+        self._close_stream()
+
+
+def _pick(data: dict[str, Any], snake: str, camel: str) -> Any:
+    return data.get(snake) if data.get(snake) is not None else data.get(camel)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _output_summary(output: Any) -> str:
+    if isinstance(output, dict) and isinstance(output.get("summary"), str):
+        return str(output["summary"])
+    if output is None:
+        return ""
+    return json.dumps(output, ensure_ascii=False, separators=(", ", ": "))
+
+
+async def terminal_prompt(message: str) -> str | None:
+    """Ask at the terminal; None when standard input is closed."""
+    try:
+        return await asyncio.to_thread(input, message)
+    except EOFError:
+        return None
+
+
+class Follower:
+    """Follows one run until it ends or waits for a person it will not ask."""
+
+    def __init__(
+        self,
+        runs: Runs,
+        run_id: str,
+        console: Console,
+        *,
+        interactive: bool,
+        auto_approve: bool = False,
+        live: LiveSource | None = None,
+        prompt: Prompter = terminal_prompt,
+        poll_interval: float = POLL_INTERVAL_S,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.runs = runs
+        self.run_id = run_id
+        self.console = console
+        self.interactive = interactive
+        self.auto_approve = auto_approve
+        self.live = live
+        self.prompt = prompt
+        self.poll_interval = poll_interval
+        self.renderer = Renderer(console)
+        self.renderer.labels.update(labels or {})
+        self._seq = 0
+        self._started: set[str] = set()
+        self._held: list[dict[str, Any]] = []
+        self._opened: dict[str, Any] = {}
+        self._answered: set[str] = set()
+        self._live_queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def run(self) -> FollowOutcome:
+        """Follow until the run ends (its status) or pauses for someone not at this terminal."""
+        live_task = asyncio.create_task(self._pump_live()) if self.live else None
+        try:
+            return await self._follow()
+        finally:
+            if live_task is not None:
+                live_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await live_task
+            self.renderer.flush()
+
+    async def _pump_live(self) -> None:
+        assert self.live is not None
+        try:
+            async for event in self.live(self.run_id):
+                self._live_queue.put_nowait(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the live view is optional; durable events go on
+            logger.info("live channel unavailable for %s: %s", self.run_id, exc)
+
+    async def _follow(self) -> FollowOutcome:
+        started = time.monotonic()
+        hinted = False
+        while True:
+            state = await self._poll()
+            if state is None:
+                if not hinted and time.monotonic() - started > NO_WORKER_HINT_AFTER_S:
+                    hinted = True
+                    self.console.print(
+                        Text(
+                            f"  waiting for a worker on task queue {self.runs.task_queue!r}; "
+                            "start one with `openflow worker`",
+                            style="yellow",
+                        ),
+                        soft_wrap=True,
+                    )
+                await asyncio.sleep(self.poll_interval)
+                continue
+            status = str(state.get("status") or "running")
+            if status in TERMINAL_STATUSES:
+                await self._drain_events()
+                return FollowOutcome(status=status)
+            pauses = [p for p in find_pauses(state, self._opened) if p.key not in self._answered]
+            if pauses:
+                if not self.interactive:
+                    return FollowOutcome(status=status, pauses=pauses)
+                for pause in pauses:
+                    answered = await self._ask(pause)
+                    if answered is None:
+                        return FollowOutcome(status=status, pauses=pauses)
+                    if answered:
+                        self._answered.add(pause.key)
+                continue
+            await asyncio.sleep(self.poll_interval)
+
+    async def _poll(self) -> dict[str, Any] | None:
+        """Render what happened since the last poll; the state, or None when it cannot answer.
+
+        The state is read before the events, so every pause it shows has its opening event
+        rendered and tracked by the time the pause is keyed.
+        """
+        try:
+            state: dict[str, Any] = await asyncio.wait_for(
+                self.runs.state(self.run_id), QUERY_TIMEOUT_S
+            )
+            await self._drain_events()
+        except (WorkflowQueryFailedError, RPCError, TimeoutError) as exc:
+            # The first workflow task may not have run yet (no worker yet, or a slow start);
+            # a closed execution still answers, so only a live run lands here.
+            logger.debug("run %s cannot answer yet: %s", self.run_id, exc)
+            self._drain_live()
+            return None
+        self._drain_live()
+        return state
+
+    async def _drain_events(self) -> None:
+        events = await self.runs.events(self.run_id, after=self._seq)
+        self._render(events)
+
+    def _drain_live(self) -> None:
+        """Show live events; those of a node whose start is not shown yet wait for it."""
+        while not self._live_queue.empty():
+            event = self._live_queue.get_nowait()
+            if str(event.get("node_id") or "") in self._started:
+                self.renderer.live(event)
+            else:
+                self._held.append(event)
+
+    def _release_held(self, node_id: str) -> None:
+        held, self._held = self._held, []
+        for event in held:
+            if str(event.get("node_id") or "") == node_id:
+                self.renderer.live(event)
+            else:
+                self._held.append(event)
+
+    def _render(self, events: Iterable[dict[str, Any]]) -> None:
+        for event in events:
+            seq = int(event.get("seq") or 0)
+            if seq <= self._seq:
+                continue
+            self._seq = seq
+            self._track(event, seq)
+            self._drain_live()
+            self.renderer.event(event)
+            if event.get("type") == "NodeStarted":
+                node_id = str(event.get("node_id") or "")
+                self._started.add(node_id)
+                self._release_held(node_id)
+
+    def _track(self, event: dict[str, Any], seq: int) -> None:
+        kind = event.get("type")
+        node_id = event.get("node_id")
+        if kind == "NodeAwaitingInput":
+            self._opened[f"input:{node_id}"] = seq
+            self._opened[f"question:{node_id}"] = str(event.get("context") or "")
+        elif kind in ("NodeErrored", "NodeInterrupted"):
+            self._opened[f"retry:{node_id}"] = seq
+
+    async def _ask(self, pause: Pause) -> bool | None:
+        """Ask about one pause and act on it: True when done, False to ask again, None to leave."""
+        self.renderer.flush()
+        if pause.kind == "input":
+            text = await self.prompt(f"  answer for {pause.label}> ")
+            if text is None:
+                return None
+            if not text.strip():
+                self.console.print("  (an empty answer is not sent; type your answer)")
+                return False
+            action = c.Action(kind="input", node_id=pause.node_id, text=text)
+        elif pause.kind == "approval":
+            if self.auto_approve:
+                self.console.print(f"  {pause.approval_id}: approved automatically", style="green")
+                answer: str | None = "y"
+            else:
+                answer = await self._choice(
+                    f"  allow {pause.approval_id}? [y/n] ", {"y", "yes", "n", "no"}
+                )
+            if answer is None:
+                return None
+            allow = answer.startswith("y")
+            reason = None
+            if not allow:
+                reason = (await self.prompt("  reason (optional)> ") or "").strip() or None
+            action = c.Action(
+                kind="approval", approval_id=pause.approval_id, allow=allow, reason=reason
+            )
+        else:
+            answer = await self._choice(
+                f"  {pause.label}: [r]etry, [s]top the run, or [l]eave it paused and exit? ",
+                {"r", "s", "l"},
+            )
+            if answer is None or answer == "l":
+                return None
+            if answer == "s":
+                await self.runs.stop(self.run_id)
+                return True
+            message = (await self.prompt("  message for the retry (optional)> ") or "").strip()
+            action = c.Action(kind="retry", node_id=pause.node_id, message=message or None)
+        try:
+            await self.runs.act(self.run_id, action)
+        except ActionRejected as exc:
+            self.console.print(Text(f"  rejected: {exc}", style="red"), soft_wrap=True)
+            return False
+        return True
+
+    async def _choice(self, message: str, allowed: set[str]) -> str | None:
+        while True:
+            answer = await self.prompt(message)
+            if answer is None:
+                return None
+            answer = answer.strip().lower()
+            if answer in allowed:
+                return answer
+
+
+def file_live_source(home: Path) -> LiveSource:
+    """The embedded live channel of runs under `home` (same machine as the worker)."""
+    from openflow.live import FileLiveChannel
+
+    channel = FileLiveChannel(home / "runs")
+
+    def subscribe(run_id: str) -> AsyncIterator[dict[str, Any]]:
+        return channel.subscribe(run_id, after=0)
+
+    return subscribe
+
+
+__all__ = [
+    "FollowOutcome",
+    "Follower",
+    "Pause",
+    "Renderer",
+    "answer_hint",
+    "call_summary",
+    "describe_pause",
+    "file_live_source",
+    "find_pauses",
+    "shell_quote",
+    "terminal_prompt",
+]

@@ -457,6 +457,7 @@ class _Run(Turns):
         ns.pending_repair = None
         self.reset_protocol(ns)
         ns.retries = min(ns.retries + 1, MAX_MODEL_ATTEMPT)
+        ns.announced_attempt = min(ns.announced_attempt, ns.model_attempt - 1)
         if message:
             self.append(node_id, UserItem(content=message))
             self.emit("ChatMessage", node_id=node_id, role="user", content=message)

@@ -106,7 +106,8 @@ class NodeState(_Model):
 
     @property
     def model_attempt(self) -> int:
-        return min(self.retries, 255) + 1
+        """1-based attempt number (retries + 1), saturating at 255 like OpenFlow's u8."""
+        return min(self.retries + 1, 255)
 
 
 class PendingBatch(_Model):

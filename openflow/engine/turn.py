@@ -255,9 +255,10 @@ class Turns:
 
     def fail_node(self, node_id: str, error: str) -> None:
         ns = self.node(node_id)
+        newly = ns.failed is None
         ns.failed = error
         ns.awaiting = False
-        if ns.errored_attempt < ns.model_attempt:
+        if newly:
             ns.errored_attempt = ns.model_attempt
             self.emit(
                 "NodeErrored",
@@ -624,16 +625,14 @@ class Turns:
         )
         if verdict == "deny":
             return prompts.denial_result(reason, by_user=False)
-        if offered is not None and call.name not in offered:
-            return f"Tool unavailable: tool {call.name} is not offered to this node in this run"
-        if verdict in ("allow", "prompt"):
-            return verdict
         decision = approval_decision(mode, tool_tier(call.name, args))
-        if decision == "deny":
+        if decision == "deny" and verdict == "normal":
             return prompts.denial_result(
                 f"node {node_id!r} is read-only and {call.name!r} changes things", by_user=False
             )
-        return decision
+        if offered is not None and call.name not in offered:
+            return f"Tool unavailable: tool {call.name} is not offered to this node in this run"
+        return verdict if verdict in ("allow", "prompt") else decision
 
     def on_tool_calls(
         self, node_id: str, outcome: ToolCalls, reasoning: list[TranscriptItem], keep: Keep

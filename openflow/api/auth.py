@@ -1,7 +1,7 @@
 """Tenants: bearer keys from settings.json `api_keys`, compared in constant time, never logged.
 
 With no keys configured every caller is the tenant "" (the API then serves loopback only).
-settings.json is re-read when it changes, so adding or revoking a key needs no restart.
+settings.json is read on every request (it is small), so adding or revoking a key needs no restart.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import threading
 from pathlib import Path
 
 from openflow.api.errors import Unauthorized
-from openflow.settings import SETTINGS_FILE, load_settings
+from openflow.settings import SETTINGS_FILE, SettingsError, load_settings
 
+_UNREAD = object()
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 _SAFE_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -26,21 +27,22 @@ class TenantKeys:
         self.home = home
         self.require_keys = require_keys
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._text: bytes | None | object = _UNREAD
         self._digests: list[tuple[bytes, str]] = []
 
     def _keys(self) -> list[tuple[bytes, str]]:
         path = self.home / SETTINGS_FILE
         try:
-            stat = path.stat()
-            stamp: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
+            text: bytes | None = path.read_bytes()
         except FileNotFoundError:
-            stamp = None
+            text = None
+        except OSError as exc:
+            raise SettingsError(f"cannot read {str(path)!r}: {exc.strerror}") from None
         with self._lock:
-            if stamp != self._stamp or (stamp is None and self._digests):
-                keys = load_settings(self.home).api_keys if stamp is not None else {}
+            if text != self._text:
+                keys = load_settings(self.home).api_keys if text is not None else {}
                 self._digests = [(_digest(key), tenant) for key, tenant in keys.items() if key]
-                self._stamp = stamp
+                self._text = text
             return self._digests
 
     @property

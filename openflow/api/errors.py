@@ -20,6 +20,7 @@ Errors:
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -251,10 +252,25 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 404:
         message = f"no route {request.url.path!r}; see /docs for the routes"
     elif exc.status_code == 405:
-        message = f"{request.method} is not allowed on {request.url.path!r}; see /docs"
+        allowed = _allowed_methods(request)
+        message = (
+            f"{request.method} is not allowed on {request.url.path!r}; "
+            f"use {', '.join(allowed) or 'another route'}"
+        )
+        return error_response(405, code, message, headers={"Allow": ", ".join(allowed)})
     else:
         message = str(exc.detail)
     return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the API documents for this path (Starlette names only one route's)."""
+    paths: dict[str, dict[str, Any]] = request.app.openapi().get("paths", {})
+    for template, operations in paths.items():
+        pattern = re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            return sorted(method.upper() for method in operations)
+    return []
 
 
 async def _on_domain_error(request: Request, exc: Exception) -> JSONResponse:

@@ -213,3 +213,27 @@ async def test_per_model_transport_override_routes_to_that_wire(
     assert reply.wire == "anthropic_messages"
     assert wire_server.requests[-1].path == "/v1/messages"
     assert json.loads(wire_server.requests[-1].body)["model"] == "proxy-claude"
+
+
+async def test_bedrock_exception_frame_mid_stream_is_transient(
+    wire_server: WireServer, plain_registry: ProviderRegistry
+) -> None:
+    from wire.bedrock_eventstream import event, exception
+
+    wire_server.plan(
+        WireResponse(
+            headers={"content-type": "application/vnd.amazon.eventstream"},
+            chunks=[
+                event("messageStart", {"role": "assistant"}),
+                exception("throttlingException", "Too many tokens, please wait."),
+            ],
+        )
+    )
+    profile = ProviderProfile(kind="bedrock", base_url=wire_server.base_url, aws_region="us-east-1")
+    provider = plain_registry.resolve("bedrock", profile)
+    with pytest.raises(ProviderError) as err:
+        await provider.complete(
+            _request("anthropic.claude-sonnet-4-20250514-v1:0"), [], [], lambda k, t: None
+        )
+    assert err.value.failure.kind == "transient"
+    assert "throttlingException" in err.value.failure.message

@@ -25,7 +25,7 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
 from openflow.activities.store import RunStore
 from openflow.engine.advance import reply_items
-from openflow.engine.request import AgentRequest, ProviderFailure, ToolSpec
+from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.state import StoredItemRef
 from openflow.engine.transcript import ToolResultItem, TranscriptItem
 from openflow.live import LiveChannel
@@ -47,6 +47,15 @@ def preview(text: str, limit: int = PREVIEW_LIMIT) -> str:
         return text
     head = text[: limit - 200]
     return f"{head}\n… [{len(text) - len(head)} more characters in the run store]"
+
+
+def compact_reply(reply: ModelReply) -> ModelReply:
+    """A reply without what history need not carry twice (raw arguments that parsed)."""
+    calls = tuple(
+        call.model_copy(update={"arguments_raw": ""}) if call.arguments is not None else call
+        for call in reply.tool_calls
+    )
+    return reply.model_copy(update={"tool_calls": calls})
 
 
 def handoff_segment(node_id: str) -> str:
@@ -231,6 +240,7 @@ class RunActivities:
                         "finalize": True,
                     },
                 )
+        reply = compact_reply(reply)
         reply_key = f"replies/{handoff_segment(inp.node_id)}/{handoff_segment(inp.call_id)}.json"
         items = reply_items(reply)
         self.store.put_bytes(inp.run_id, reply_key, _ITEMS.dump_json(items))

@@ -7,6 +7,8 @@ or edge at fault and says what to change.
 
 from __future__ import annotations
 
+import functools
+
 import unicodedata
 from collections.abc import Iterator
 from typing import Any, cast
@@ -55,22 +57,70 @@ def execution_layers(wf: Workflow) -> list[list[str]]:
 
 def parents(wf: Workflow, node_id: str) -> list[str]:
     """The direct upstream node ids of `node_id`, sorted."""
-    return sorted(str(n) for n in _graph_with(wf, node_id).predecessors(node_id))
+    return list(_topology(wf, node_id).parents[node_id])
 
 
 def children(wf: Workflow, node_id: str) -> list[str]:
     """The direct downstream node ids of `node_id`, sorted."""
-    return sorted(str(n) for n in _graph_with(wf, node_id).successors(node_id))
+    return list(_topology(wf, node_id).children[node_id])
 
 
 def ancestors(wf: Workflow, node_id: str) -> list[str]:
     """Every node `node_id` transitively depends on, sorted."""
-    return sorted(str(n) for n in nx.ancestors(_graph_with(wf, node_id), node_id))
+    return list(_topology(wf, node_id).ancestors(node_id))
 
 
 def descendants(wf: Workflow, node_id: str) -> list[str]:
     """Every node that transitively depends on `node_id`, sorted."""
     return sorted(str(n) for n in nx.descendants(_graph_with(wf, node_id), node_id))
+
+
+class _Topology:
+    """Parent, child and ancestor lists of one workflow shape, computed once and shared."""
+
+    def __init__(self, shape: tuple[tuple[str, ...], tuple[tuple[str, str], ...]]) -> None:
+        nodes, edges = shape
+        known = set(nodes)
+        ups: dict[str, set[str]] = {n: set() for n in nodes}
+        downs: dict[str, set[str]] = {n: set() for n in nodes}
+        for src, dst in edges:
+            if src != dst and src in known and dst in known:
+                ups[dst].add(src)
+                downs[src].add(dst)
+        self.parents = {n: tuple(sorted(v)) for n, v in ups.items()}
+        self.children = {n: tuple(sorted(v)) for n, v in downs.items()}
+        self._ancestors: dict[str, tuple[str, ...]] = {}
+
+    def ancestors(self, node_id: str) -> tuple[str, ...]:
+        found = self._ancestors.get(node_id)
+        if found is None:
+            seen: set[str] = set()
+            stack = list(self.parents[node_id])
+            while stack:
+                current = stack.pop()
+                if current not in seen:
+                    seen.add(current)
+                    stack.extend(self.parents[current])
+            seen.discard(node_id)
+            found = tuple(sorted(seen))
+            self._ancestors[node_id] = found
+        return found
+
+
+@functools.lru_cache(maxsize=256)
+def _topology_of(shape: tuple[tuple[str, ...], tuple[tuple[str, str], ...]]) -> _Topology:
+    return _Topology(shape)
+
+
+def _topology(wf: Workflow, node_id: str) -> _Topology:
+    shape = (
+        tuple(node.id for node in wf.nodes),
+        tuple((edge.from_, edge.to) for edge in wf.edges),
+    )
+    topology = _topology_of(shape)
+    if node_id not in topology.parents:
+        raise UnknownNodeError(node_id, wf.id)
+    return topology
 
 
 def roots(wf: Workflow) -> list[str]:

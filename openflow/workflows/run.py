@@ -280,7 +280,7 @@ class OpenFlowRun:
     async def _model_turn(self, intent: CallModel) -> None:
         request = intent.request
         header = request.model_copy(update={"turn_index": 0})
-        digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()
+        digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:32]
         provider_id = request.provider_id or self._active_provider
         inline = digest not in self._headers_sent
         arg = c.ModelTurnInput(
@@ -489,7 +489,6 @@ class OpenFlowRun:
             status=status if status in ("completed", "failed", "stopped") else "failed",  # type: ignore[arg-type]
             outputs=outputs,
             error=self._snapshot.terminal_error,
-            snapshot=self._snapshot,
         )
 
     # --- people -------------------------------------------------------------------------

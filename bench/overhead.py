@@ -1,0 +1,222 @@
+"""OpenFlowRun against the bare Temporal floor, side by side in one run on the embedded server.
+
+    python -m bench.overhead [--turns 100] [--quick]
+
+Prints:
+- orchestration overhead of a zero-latency scripted model turn vs a bare no-op activity step;
+- history events and bytes per model turn for a 10-turn and a 200-turn node with 2 KB messages;
+- replay time of a 500-turn run vs a bare 500-activity workflow;
+- time from kill -9 of the worker mid-turn to the run making progress on a new worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+from bench.floor import bare_workflow_ms_per_step, replay_ms_per_activity, start_server
+from openflow.client import Runs
+from openflow.engine.spec import Workflow
+from openflow.testing import write_scripted_settings
+from openflow.worker import build_worker, sandbox_runner
+from openflow.workflows.run import OpenFlowRun
+
+ROOT = Path(__file__).resolve().parents[1]
+MESSAGE = ("The quick brown fox jumps over the lazy dog. " * 46)[:2048]
+
+
+def _node(node_id: str, handoff: str = "legacy") -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "label": node_id,
+        "kind": "agent",
+        "position": {"x": 0, "y": 0},
+        "agent": {
+            "system_prompt": "bench",
+            "task_prompt": "bench",
+            "model": "bench-model",
+            "output_schema": {"type": "object", "properties": {"summary": {"type": "string"}}},
+            "handoff": {"format": handoff},
+            "tools": {"approvalMode": "yolo"},
+        },
+    }
+
+
+def chain(n: int) -> Workflow:
+    """A chain of n legacy-handoff nodes: exactly one model-turn activity per node."""
+    ids = [f"n{i:04d}" for i in range(n)]
+    return Workflow.model_validate(
+        {
+            "id": "bench-chain",
+            "name": "bench chain",
+            "nodes": [_node(i) for i in ids],
+            "edges": [{"id": f"e{i}", "from": a, "to": b} for i, (a, b) in enumerate(zip(ids, ids[1:]))],
+        }
+    )
+
+
+def single(node_id: str = "busy") -> Workflow:
+    return Workflow.model_validate(
+        {"id": "bench-one", "name": "bench one", "nodes": [_node(node_id)], "edges": []}
+    )
+
+
+def tool_turns(n: int, say: str = "") -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = [
+        {"tools": [{"name": "ls", "args": {"path": "."}}], "say": say} for _ in range(n)
+    ]
+    return [*turns, {"submit": {"summary": "done"}, "say": say}]
+
+
+async def _run(client: Client, home: Path, wf: Workflow, script: dict[str, Any]) -> tuple[float, str]:
+    write_scripted_settings(home, script, exhausted="echo")
+    queue = f"bench-{uuid.uuid4()}"
+    runs = Runs(client, queue)
+    async with build_worker(client, queue, home):
+        started = time.perf_counter()
+        run_id = await runs.start(wf, entrypoint="bench")
+        raw = await client.get_workflow_handle(run_id).result()
+        elapsed = time.perf_counter() - started
+    assert raw["status"] == "completed", raw.get("error")
+    return elapsed, run_id
+
+
+async def _history(client: Client, run_id: str) -> tuple[int, int, Any]:
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    size = sum(len(e.SerializeToString()) for e in history.events)
+    return len(history.events), size, history
+
+
+async def overhead(client: Client, home: Path, turns: int) -> tuple[float, float]:
+    await _run(client, home, chain(5), {})
+    elapsed, _ = await _run(client, home, chain(turns), {})
+    per_turn = elapsed * 1000 / turns
+    floor = await bare_workflow_ms_per_step(client, turns)
+    return per_turn, floor
+
+
+async def history_per_turn(client: Client, home: Path, turns: int) -> tuple[float, float, float]:
+    _, run_id = await _run(client, home, single(), {"busy": tool_turns(turns, MESSAGE)})
+    events, size, _ = await _history(client, run_id)
+    listing_bytes = len("\n".join(sorted(os.listdir(home / "runs" / run_id / "workspace"))))
+    produced = len(MESSAGE) + listing_bytes
+    return events / turns, size / turns, size / turns - produced
+
+
+async def replay(client: Client, home: Path, turns: int) -> tuple[float, float]:
+    _, run_id = await _run(client, home, single(), {"busy": tool_turns(turns)})
+    _, _, history = await _history(client, run_id)
+    replayer = Replayer(
+        workflows=[OpenFlowRun], data_converter=client.data_converter, workflow_runner=sandbox_runner()
+    )
+    started = time.perf_counter()
+    await replayer.replay_workflow(history)
+    ours = (time.perf_counter() - started) * 1000
+    bare = await replay_ms_per_activity(client, turns) * turns
+    return ours, bare
+
+
+async def kill_recovery(client: Client, home: Path, address: str) -> float:
+    queue = f"bench-kill-{uuid.uuid4()}"
+    write_scripted_settings(
+        home,
+        {"busy": [{"message": "x", "delay_ms": 30_000}, {"submit": {"summary": "ok"}}]},
+    )
+    env = {
+        **os.environ,
+        "OPENFLOW_HOME": str(home),
+        "OPENFLOW_TEMPORAL_ADDRESS": address,
+        "OPENFLOW_TASK_QUEUE": queue,
+    }
+
+    def spawn() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.workflows.worker_main"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        return proc
+
+    first = spawn()
+    runs = Runs(client, queue)
+    run_id = await runs.start(single(), entrypoint="bench")
+    while True:
+        state = await runs.state(run_id)
+        if state["statusByNode"].get("busy") == "started":
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)
+    seen = len(await runs.events(run_id))
+    first.send_signal(signal.SIGKILL)
+    killed = time.perf_counter()
+    first.wait()
+    second = spawn()
+    try:
+        while True:
+            events = await runs.events(run_id)
+            if any(e["type"] == "NodeStarted" for e in events[seen:]):
+                return time.perf_counter() - killed
+            await asyncio.sleep(0.02)
+    finally:
+        second.kill()
+        second.wait()
+
+
+async def main_async(turns: int, quick: bool) -> None:
+    with tempfile.TemporaryDirectory(prefix="openflow-bench-") as tmp:
+        home = Path(tmp)
+        async with start_server(True) as client:
+            address = client.service_client.config.target_host
+            per_turn, floor = await overhead(client, home, turns)
+            print(f"orchestration, {turns} zero-latency scripted turns (one model turn each)")
+            print(f"  OpenFlowRun      : {per_turn:7.2f} ms/turn")
+            print(f"  bare floor       : {floor:7.2f} ms/step")
+            print(f"  ratio            : {per_turn / floor:7.2f}x  (goal <= 1.5x)")
+            short = await history_per_turn(client, home, 10)
+            long = await history_per_turn(client, home, 40 if quick else 200)
+            print("history per model turn, 2 KB assistant messages, one tool call a turn")
+            print(f"  10-turn node     : {short[0]:5.1f} events  {short[1]:8.0f} bytes  {short[2]:+7.0f} beyond new content")
+            print(f"  {40 if quick else 200}-turn node    : {long[0]:5.1f} events  {long[1]:8.0f} bytes  {long[2]:+7.0f} beyond new content")
+            print(f"  bytes ratio long/short: {long[1] / short[1]:.3f}  (goal within 1.10)")
+            n = 100 if quick else 500
+            ours, bare = await replay(client, home, n)
+            print(f"replay of a {n}-turn run ({2 * n} activities: model turn + tool batch a turn)")
+            print(f"  OpenFlowRun      : {ours:8.1f} ms")
+            print(f"  bare {n}-activity : {bare:8.1f} ms")
+            print(f"  ratio            : {ours / bare:7.2f}x  (goal <= 2x)")
+            recovery = await kill_recovery(client, home, address)
+            print(f"kill -9 of the worker mid-turn to progress on a new worker: {recovery:.2f} s (goal < 6 s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="OpenFlowRun against the bare Temporal floor")
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="smaller runs, for a smoke check")
+    args = parser.parse_args(argv)
+    asyncio.run(main_async(args.turns, args.quick))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["chain", "main", "single", "tool_turns"]
+

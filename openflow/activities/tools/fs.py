@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,13 @@ _PATH_SCHEMA = {
 }
 
 
+@dataclass(frozen=True)
 class Selector:
     """How much of a text to show: a line range, or the raw text."""
 
-    def __init__(self, raw: bool = False, start: int | None = None, end: int | None = None):
-        self.raw = raw
-        self.start = start
-        self.end = end
+    raw: bool = False
+    start: int | None = None
+    end: int | None = None
 
 
 def split_selector(text: str) -> tuple[str, Selector]:

@@ -101,7 +101,9 @@ async def drive(
             if match is None:
                 raise HeadlessError(f"missing approval for {approval_id!r}")
             decisions.remove(match)
-            await runs.act(run_id, c.Action(kind="approval", approval_id=approval_id, allow=match[1]))
+            await runs.act(
+                run_id, c.Action(kind="approval", approval_id=approval_id, allow=match[1])
+            )
             acted = True
         for node_id, status in state.get("statusByNode", {}).items():
             if status not in ("failed", "interrupted") or not state.get("active", True):
@@ -151,6 +153,11 @@ class LocalRuns:
         assert self._client is not None, "use LocalRuns in `async with`"
         return self._client
 
+    @property
+    def runs(self) -> Runs:
+        """The runs of this kit's worker and task queue."""
+        return Runs(self.client, self.task_queue)
+
     async def __aenter__(self) -> LocalRuns:
         if self._client is None:
             self._server = EmbeddedServer(
@@ -190,7 +197,7 @@ class LocalRuns:
         """Start `workflow` and drive it to its end with the scripted turns and people."""
         if script is not None:
             write_scripted_settings(self.home, script, exhausted)
-        runs = Runs(self.client, self.task_queue)
+        runs = self.runs
         run_id = await runs.start(workflow, entrypoint=entrypoint, project_dir=project_dir)
         return await drive(runs, run_id, inputs, approvals, timeout=timeout)
 

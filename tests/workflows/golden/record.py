@@ -1,0 +1,75 @@
+"""Record the golden histories replayed by test_golden_replay.py: `python -m tests.workflows.golden.record`.
+
+Re-record only when a change is meant to be incompatible with runs already in flight (and then
+ship it under a new workflow name or behind `workflow.patched`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+from openflow.server import EmbeddedServer, free_port
+from openflow.testing import LocalRuns, write_scripted_settings
+from tests.workflows.conftest import make_workflow, node
+
+HERE = Path(__file__).resolve().parent
+
+
+async def record() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        server = EmbeddedServer(home, address=f"127.0.0.1:{free_port()}", ui_port=free_port())
+        async with server:
+            from temporalio.contrib.pydantic import pydantic_data_converter
+
+            client = await server.connect(data_converter=pydantic_data_converter)
+            async with LocalRuns(client=client, home=home) as local:
+                write_scripted_settings(
+                    home,
+                    {
+                        "idea": [{"submit": {"summary": "idea"}}],
+                        "plan": [
+                            {
+                                "tools": [
+                                    {"name": "write", "args": {"path": "p.md", "content": "# p"}}
+                                ]
+                            },
+                            {"submit": {"summary": "plan"}},
+                        ],
+                        "risk": [{"error": "transient", "message": "busy"}, {"ask": "how risky?"}],
+                    },
+                )
+                wf = make_workflow(
+                    [node("idea"), node("plan"), node("risk", requestUserInput=True), node("join")],
+                    [("idea", "plan"), ("idea", "risk"), ("plan", "join"), ("risk", "join")],
+                    retry_policy={"max_attempts": 3, "backoff_ms": 10},
+                )
+                result = await local.run(
+                    wf, inputs=[("risk", "low")], approvals=[("", True)], script=None
+                )
+                assert result.status == "completed", result.status
+                history = await client.get_workflow_handle(result.run_id).fetch_history()
+                (HERE / "branch_join_people.json").write_text(history.to_json())
+
+                write_scripted_settings(
+                    home,
+                    {"slow": [{"tools": [{"name": "bash", "args": {"command": "sleep 20"}}]}]},
+                )
+                wf = make_workflow([node("slow", tools={"approvalMode": "yolo"})], [])
+                run_id = await local.runs.start(wf, entrypoint="stop me")
+                handle = client.get_workflow_handle(run_id)
+                for _ in range(400):
+                    state = await handle.query("state", result_type=dict)
+                    if state["statusByNode"]["slow"] == "running_tool":
+                        break
+                    await asyncio.sleep(0.05)
+                await handle.cancel()
+                await handle.result()
+                history = await handle.fetch_history()
+                (HERE / "stopped_mid_tool.json").write_text(history.to_json())
+
+
+if __name__ == "__main__":
+    asyncio.run(record())

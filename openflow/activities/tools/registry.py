@@ -9,10 +9,11 @@ from typing import Any
 from openflow.activities.tools.astgrep import AstEditTool, AstGrepTool, ast_grep_binary
 from openflow.activities.tools.base import Tool
 from openflow.activities.tools.bash import BashTool
-from openflow.activities.tools.fs import EditTool, LsTool, ReadTool, WriteTool
+from openflow.activities.tools.fs import LsTool, ReadTool
 from openflow.activities.tools.patch import ApplyPatchTool
 from openflow.activities.tools.search import FindTool, SearchTool
 from openflow.activities.tools.todo import TodoTool
+from openflow.activities.tools.writes import EditTool, WriteTool
 from openflow.engine.request import ToolAccessPolicy, ToolSpec
 
 INTENT_PROPERTY = {

@@ -17,8 +17,9 @@ from openflow.activities.tools import (
     builtin_tools,
     tool_backoff_ms,
 )
-from openflow.activities.tools.fs import ReadTool, WriteTool
+from openflow.activities.tools.fs import ReadTool
 from openflow.activities.tools.spill import SPILL_THRESHOLD_BYTES
+from openflow.activities.tools.writes import WriteTool
 from openflow.engine.transcript import ToolCall
 
 # Tools that record when they run, for timing assertions.

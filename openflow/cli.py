@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import io
 import json
+import logging
 import os
 import signal
 import sys
@@ -359,10 +360,14 @@ async def _ensure_search_attributes(client: Client) -> None:
 def cmd_api(args: argparse.Namespace) -> int:
     """`openflow api`: the HTTP API on --host/--port until Ctrl-C."""
     from openflow.api.app import serve
+    from openflow.api.errors import UnsafeBind
 
     _check_port_option(args.port, "--port")
     _require_free_port(args.host, args.port, "--port")
-    serve(args.host, args.port, openflow_home())
+    try:
+        serve(args.host, args.port, openflow_home())
+    except UnsafeBind as exc:
+        raise BadInput(str(exc)) from None
     return EXIT_OK
 
 
@@ -971,7 +976,17 @@ def _require_free_port(host: str, port: int, option: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (console scripts pass it to sys.exit)."""
+    """Run the command line; returns the exit code (console scripts pass it to sys.exit).
+
+    Called without `argv` it is the process's entry point and ends the process itself.
+    """
+    code = _main(argv)
+    if argv is None:
+        _end_process(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     _tolerate_unencodable_output()
     parser = build_parser()
     try:
@@ -986,6 +1001,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`openflow runs list | head -1`): nothing left to say.
+        _silence_stdout()
+        return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _end_process(code: int) -> NoReturn:
+    """Exit without interpreter teardown.
+
+    The Temporal client's native threads can call into a finalizing interpreter and abort it
+    (temporalio/sdk-python#300), which would turn a clean exit into a crash with code 134.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -55,7 +55,7 @@ AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 
 MODEL_TIMEOUT = timedelta(minutes=30)
 TOOL_TIMEOUT = timedelta(hours=2)
-HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 HISTORY_EVENTS_LIMIT = 10_000
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 

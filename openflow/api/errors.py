@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.client import WorkflowQueryFailedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow.catalog import CatalogError, WorkflowNotFoundError
@@ -149,6 +150,11 @@ def as_http_error(exc: BaseException) -> HttpError | None:
         return Conflict(str(exc), code="action_rejected")
     if isinstance(exc, RunConflict):
         return Conflict(str(exc), code="run_conflict")
+    if isinstance(exc, WorkflowAlreadyStartedError):
+        return Conflict(
+            f"a run with id {exc.workflow_id!r} already exists; pick another run_id",
+            code="run_conflict",
+        )
     if isinstance(exc, WorkflowNotFoundError):
         return NotFound(
             f"workflow {exc.workflow_id!r} is not in the catalog; list it with GET /workflows",
@@ -296,6 +302,7 @@ def install_error_handlers(app: FastAPI) -> None:
         RunNotFound,
         ActionRejected,
         RunConflict,
+        WorkflowAlreadyStartedError,
         CatalogError,
         WorkflowFormatError,
         WorkflowQueryFailedError,

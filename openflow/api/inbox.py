@@ -27,7 +27,7 @@ from openflow.api.deps import ContextDep, RunsDep
 from openflow.api.errors import documented
 from openflow.api.models import InboxAction, InboxItem
 from openflow.api.routing import StrictJsonRoute
-from openflow.client import SA_TENANT, SA_WORKFLOW_ID, SA_WORKFLOW_NAME
+from openflow.client import SA_AWAITING, SA_TENANT, SA_WORKFLOW_ID, SA_WORKFLOW_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +78,21 @@ async def _items_of_run(
         "workflow_id": wf.typed_search_attributes.get(SA_WORKFLOW_ID) or "",
         "workflow_name": wf.typed_search_attributes.get(SA_WORKFLOW_NAME) or "",
     }
-    return pending_items(state, base, start_ms)
+    awaiting = list(wf.typed_search_attributes.get(SA_AWAITING) or [])
+    return pending_items(state, base, start_ms, awaiting)
 
 
 def pending_items(
-    state: dict[str, Any], base: dict[str, str], start_ms: int | None = None
+    state: dict[str, Any],
+    base: dict[str, str],
+    start_ms: int | None = None,
+    awaiting: list[str] | None = None,
 ) -> list[InboxItem]:
-    """The inbox items of one run's state, each with the request that settles it."""
+    """The inbox items of one run, each with the request that settles it.
+
+    `awaiting` is the run's `OpenFlowAwaiting` search attribute: a node it names that the state
+    shows no pause for still waits for input.
+    """
     if state.get("active") is False:
         return []
     run_id = base["run_id"]
@@ -113,7 +121,13 @@ def pending_items(
             )
         )
     structured = state.get("structuredInputByNode") or {}
-    for node in state.get("awaitingNodeIds") or []:
+    statuses = state.get("statusByNode") or {}
+    covered = {item.node_id for item in items} | {
+        node for node, status in statuses.items() if status in ("failed", "interrupted")
+    }
+    inputs = list(state.get("awaitingNodeIds") or [])
+    inputs += [n for n in awaiting or [] if n not in inputs and n not in covered and n in statuses]
+    for node in inputs:
         items.append(
             InboxItem(
                 **base,
@@ -132,7 +146,7 @@ def pending_items(
                 ],
             )
         )
-    for node, status in sorted((state.get("statusByNode") or {}).items()):
+    for node, status in sorted(statuses.items()):
         if status not in ("failed", "interrupted"):
             continue
         error = "interrupted" if status == "interrupted" else _failure(state, node)

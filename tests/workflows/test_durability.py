@@ -170,13 +170,15 @@ async def test_kill_worker_mid_run_no_side_effect_repeats(
         runs = Runs(client, task_queue)
         run_id = await runs.start(wf, entrypoint="go", project_dir=str(openflow_home))
         await _poll(lambda: ledger.exists() and "start" in ledger.read_text(), what="mid-send")
+        started = asyncio.get_running_loop().time()
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         second = _spawn_worker(openflow_env)
         raw = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
         result = RunResult.model_validate(raw)
         assert result.status == "completed"
-        await asyncio.sleep(0.5)
+        # Past the moment the killed batch would have written "end": it died with its worker.
+        await asyncio.sleep(max(0.0, started + 9 - asyncio.get_running_loop().time()))
         assert ledger.read_text().split() == ["one", "start"]
         events = await runs.events(run_id)
         unknown = [e for e in events if e["type"] == "ToolOutcomeUnknown"]
@@ -187,6 +189,7 @@ async def test_kill_worker_mid_run_no_side_effect_repeats(
         assert len(done) == 1 and "outcome unknown, not re-sent" in done[0]["content"]
         replies = list((openflow_home / "runs" / run_id / "replies" / "work").iterdir())
         assert len(replies) == 3, "a completed model turn ran again"
+        await Harness(client, task_queue, openflow_home).replay(run_id)
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
@@ -218,6 +221,7 @@ async def test_server_restart_mid_run_completes(tmp_path: Path) -> None:
             await runs.act(run_id, _input("a", "yes"))
             raw = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
         assert RunResult.model_validate(raw).status == "completed"
+        await Harness(client, "restart-queue", home).replay(run_id)
     finally:
         await server.stop()
 

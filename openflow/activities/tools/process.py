@@ -5,6 +5,8 @@ Two mechanisms work together:
 * The worker marks itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, see `harden_process`).
   The kernel then refuses `/proc/<worker>/environ` and `/proc/<worker>/mem` to every process
   that lacks CAP_SYS_PTRACE, even one running as the same user.
+* Tool processes die with their worker (`PR_SET_PDEATHSIG`): a worker killed mid-batch leaves
+  no command running on after the run settled the batch's outcome as unknown.
 * Tool processes start through a tiny launcher that drops CAP_SYS_PTRACE and the other
   capabilities that read foreign memory (from the bounding, inheritable, permitted and
   effective sets), then `exec`s the command in place. That closes the gap when the worker runs
@@ -37,6 +39,12 @@ _LAUNCHER = r"""
 import ctypes, os, sys
 if sys.platform.startswith("linux"):
     libc = ctypes.CDLL(None, use_errno=True)
+    # PR_SET_PDEATHSIG: the command dies with its worker, so a crashed worker leaves no tool
+    # running that could still act after the run settled its outcome as unknown.
+    parent = os.getppid()
+    libc.prctl(1, 9, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(125)
     # sys_module, sys_rawio, sys_ptrace, sys_admin, perfmon, bpf, checkpoint_restore
     drop = (16, 17, 19, 21, 38, 39, 40)
     for cap in drop:

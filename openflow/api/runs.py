@@ -146,6 +146,14 @@ async def get_events(
         int | None,
         Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ, description="Resume a stream after it"),
     ] = None,
+    live_after: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=MAX_SEQ,
+            description="Stream only: send live deltas after this `live_seq` (0: all of them)",
+        ),
+    ] = 0,
 ) -> Any:
     """The run's durable events after a sequence number, as JSON or as a live stream."""
     start = max(after, last_event_id or 0)
@@ -157,6 +165,7 @@ async def get_events(
         run_id,
         after=start,
         live=context.live,
+        live_after=live_after,
         poll_interval=context.poll_interval,
         keepalive_interval=context.keepalive_interval,
     )

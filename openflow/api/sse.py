@@ -1,12 +1,12 @@
-"""A run's events as Server-Sent Events: durable events with their `seq` as the id, live deltas between.
+"""A run's events as Server-Sent Events: durable events with their `seq` as id, live deltas between.
 
 Durable events come from polling the run's `events` query, so a follower that reconnects with
 `Last-Event-ID: N` gets exactly the events after N. Live token deltas and streaming tool output
 come from the live channel as `event: delta` messages without an id, so they never move the
-resumption point. Comments keep idle connections open; the stream ends after the run's final
-event (Finished, NodeFailed, Aborted or a fatal Error), or when the run's execution has closed
-and every event was sent.
-"""
+resumption point; each carries its `live_seq`, which a follower may pass back as `live_after`
+to skip the deltas it has seen. Comments keep idle connections open; the stream ends after the
+run's final event (Finished, NodeFailed, Aborted or a fatal Error), or when the run's execution
+has closed and every event was sent."""
 
 from __future__ import annotations
 
@@ -97,12 +97,14 @@ class _Follower:
         run_id: str,
         after: int,
         live: LiveSource | None,
+        live_after: int,
         poll_interval: float,
     ) -> None:
         self.handle = handle
         self.run_id = run_id
         self.last = after
         self.live = live
+        self.live_after = live_after
         self.poll_interval = poll_interval
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=1024)
 
@@ -151,7 +153,7 @@ class _Follower:
         if self.live is None:
             return
         try:
-            async for delta in self.live.subscribe(self.run_id):
+            async for delta in self.live.subscribe(self.run_id, self.live_after):
                 await self.queue.put(("delta", delta))
         except asyncio.CancelledError:
             raise
@@ -165,11 +167,12 @@ async def event_stream(
     *,
     after: int,
     live: LiveSource | None,
+    live_after: int = 0,
     poll_interval: float,
     keepalive_interval: float,
 ) -> AsyncIterator[str]:
     """The SSE text of one run from `after` on, until the run ends or the follower leaves."""
-    follower = _Follower(handle, run_id, after, live, poll_interval)
+    follower = _Follower(handle, run_id, after, live, live_after, poll_interval)
     tasks = [
         asyncio.create_task(follower.durable(), name=f"sse-events-{run_id}"),
         asyncio.create_task(follower.deltas(), name=f"sse-live-{run_id}"),

@@ -1,7 +1,7 @@
 """`/inbox`: every input, approval and retry waiting for a person across the caller's live runs.
 
-The live runs come from Temporal's visibility (tenant and task queue as search attributes); what
-each one waits for comes from its `state` query. A run that does not answer in time is left out
+The runs come from Temporal's visibility: live, of the caller's tenant and the API's task queue,
+with someone awaited (`OpenFlowAwaiting`). What each one waits for comes from its `state` query. A run that does not answer in time is left out
 rather than holding up the whole inbox.
 """
 
@@ -49,7 +49,11 @@ async def inbox(runs: RunsDep, context: ContextDep) -> list[InboxItem]:
             f"TaskQueue = '{_quoted(context.task_queue)}'",
         ]
     )
-    executions = [wf async for wf in runs.client.list_workflows(query, limit=MAX_RUNS)]
+    executions = [
+        wf
+        async for wf in runs.client.list_workflows(query, limit=MAX_RUNS)
+        if wf.typed_search_attributes.get(SA_AWAITING)
+    ]
     gate = asyncio.Semaphore(PARALLEL_QUERIES)
     found = await asyncio.gather(
         *(_items_of_run(runs.client, wf, runs.tenant, gate) for wf in executions)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, assert_never
 
 from openflow.engine import prompts
-from openflow.engine.graph import ancestors, execution_layers, parents
+from openflow.engine.graph import ancestors, parents
 from openflow.engine.policy import SEAL_TOOL
 from openflow.engine.spec import Workflow
 from openflow.engine.state import (
@@ -63,19 +63,37 @@ Action = InputGiven | ApprovalDecided | RetryRequested | MessageSent
 class _Run(Turns):
     """The working copy plus scheduling, tool results, people's actions and run endings."""
 
+    _depths: dict[str, int] | None = None
+
     # --- dispatch -----------------------------------------------------------------------
 
+    def depths(self) -> dict[str, int]:
+        """Each node's execution layer (Kahn by depth, spec 2.2); nodes on a cycle get none."""
+        if self._depths is None:
+            depths: dict[str, int] = {}
+            pending = sorted(self.by_id)
+            while pending:
+                placed = [n for n in pending if all(p in depths for p in parents(self.wf, n))]
+                if not placed:
+                    break
+                for n in placed:
+                    depths[n] = 1 + max((depths[p] for p in parents(self.wf, n)), default=-1)
+                pending = [n for n in pending if n not in depths]
+            self._depths = depths
+        return self._depths
+
     def ready(self, node_id: str) -> bool:
-        if self.wf.settings.strict_layers:
-            for layer in execution_layers(self.wf):
-                if node_id in layer:
-                    return True
-                if not all(self.s.nodes[n].has_output for n in layer if n in self.s.nodes):
-                    return False
-            return False
-        return all(
+        if not all(
             self.s.nodes[p].has_output for p in parents(self.wf, node_id) if p in self.s.nodes
-        )
+        ):
+            return False
+        if not self.wf.settings.strict_layers:
+            return True
+        depths = self.depths()
+        mine = depths.get(node_id)
+        if mine is None:
+            return False
+        return all(ns.has_output for n, ns in self.s.nodes.items() if depths.get(n, mine) < mine)
 
     def blocked(self, node_id: str) -> bool:
         ns = self.node(node_id)

@@ -125,6 +125,7 @@ async def get_run(run_id: RunId, runs: RunsDep) -> dict[str, Any]:
     "/{run_id}/events",
     response_model=list[RunEvent],
     responses={
+        **documented(400, 401, 404, 422, 503),
         200: {
             "description": (
                 "The durable events after `after` (JSON), or with `Accept: text/event-stream` "
@@ -133,8 +134,7 @@ async def get_run(run_id: RunId, runs: RunsDep) -> dict[str, Any]:
             ),
             "content": {MEDIA_TYPE: {"schema": {"type": "string"}}},
         },
-    }
-    | documented(400, 401, 404, 422, 503),
+    },
 )
 async def get_events(
     run_id: RunId,

@@ -57,7 +57,10 @@ def get_workflow(workflow_id: WorkflowId, catalog: CatalogDep) -> Workflow:
 @router.put(
     "/{workflow_id}",
     response_model=Workflow,
-    responses={201: {"model": Workflow, "description": "Created"}} | documented(400, 401, 413, 422),
+    responses={
+        **documented(400, 401, 413, 422),
+        201: {"model": Workflow, "description": "Created"},
+    },
 )
 def put_workflow(
     workflow_id: WorkflowId, workflow: Workflow, catalog: CatalogDep, response: Response

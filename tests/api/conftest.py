@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,9 @@ def node(node_id: str, **agent: Any) -> dict[str, Any]:
 
 
 def workflow_json(
-    nodes: list[dict[str, Any]], edges: list[tuple[str, str]] = (), wf_id: str = "wf-api"
+    nodes: list[dict[str, Any]],
+    edges: Sequence[tuple[str, str]] = (),
+    wf_id: str = "wf-api",
 ) -> dict[str, Any]:
     """A workflow as a client sends it."""
     return {

@@ -38,7 +38,7 @@ class ApiContext:
     poll_interval: float = 0.25
     keepalive_interval: float = 15.0
     client: Client | None = None
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def temporal(self) -> Client:
         """The Temporal client, connecting on first use; 503 while Temporal is unreachable."""

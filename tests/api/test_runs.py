@@ -222,3 +222,15 @@ async def test_messages_reach_a_waiting_node(
     assert sent.status_code == 200, sent.text
     state = await wait_for_state(api, run_id, lambda s: s["status"] == "completed")
     assert "Grace" in [m["content"] for m in state["chatLogs"]["ask"] if m["role"] == "user"]
+
+
+async def test_the_inbox_lists_the_newest_pause_first(
+    api: httpx.AsyncClient, worker: Worker, script: Any
+) -> None:
+    script({"ask": [{"ask": "What name?"}, {"echo": True}]})
+    older = await start(api, workflow=ASK)
+    await inbox_item(api, older, "input")
+    newer = await start(api, workflow=ASK)
+    await inbox_item(api, newer, "input")
+    order = [i["run_id"] for i in (await api.get("/inbox")).json()]
+    assert order.index(newer) < order.index(older)

@@ -30,6 +30,7 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
@@ -924,6 +925,10 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
         raise BadInput(_server_problem(exc)) from None
     except SettingsError as exc:
         raise BadInput(str(exc)) from None
+    except WorkflowAlreadyStartedError as exc:
+        raise BadInput(
+            f"a run with id {exc.workflow_id!r} already exists; choose another --run-id"
+        ) from None
     except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
         raise BadInput(f"the run could not answer: {_first_line(str(exc))}") from None
     except RPCError as exc:
@@ -1005,6 +1010,15 @@ def _main(argv: Sequence[str] | None) -> int:
         # The reader went away (`openflow runs list | head -1`): nothing left to say.
         _silence_stdout()
         return EXIT_OK
+    except Exception as exc:
+        if os.environ.get("OPENFLOW_DEBUG"):
+            raise
+        print(
+            f"openflow: unexpected error: {type(exc).__name__}: {_first_line(str(exc))} "
+            "(set OPENFLOW_DEBUG=1 to see where)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
 
 
 def _silence_stdout() -> None:

@@ -88,12 +88,12 @@ def answer_hint(run_id: str, pause: Pause) -> str:
 def describe_pause(pause: Pause) -> str:
     """One line saying what the run waits for."""
     if pause.kind == "input":
-        question = f": {pause.detail}" if pause.detail else ""
+        question = f": {_clip(pause.detail, 300)}" if pause.detail else ""
         return f"{pause.label} is waiting for input{question}"
     if pause.kind == "approval":
         tools = ", ".join(call_summary(call) for call in pause.calls) or "a tool batch"
         return f"{pause.label} asks to run {tools} (approval {pause.approval_id})"
-    return f"{pause.label} failed and waits for a retry: {pause.detail}"
+    return f"{pause.label} failed and waits for a retry: {_clip(pause.detail, 300)}"
 
 
 def call_summary(call: dict[str, Any], width: int = 60) -> str:
@@ -175,12 +175,18 @@ def node_labels(state: dict[str, Any]) -> dict[str, str]:
     return labels
 
 
-def question_text(state: dict[str, Any], node_id: str, questions: dict[str, Any]) -> str:
-    """The question a node asked: its structured question, else the text of its input pause."""
+def question_text(state: dict[str, Any], node_id: str, opened: dict[str, Any]) -> str:
+    """The question a node asked: its structured question, its last message, or its prompt."""
     structured = (state.get("structuredInputByNode") or {}).get(node_id)
     if structured:
         return structured_question_text(structured)
-    text = questions.get(f"question:{node_id}")
+    for message in reversed((state.get("chatLogs") or {}).get(node_id) or []):
+        role, content = message.get("role"), str(message.get("content") or "").strip()
+        if role == "user":
+            break
+        if role == "assistant" and content and not message.get("messageKind"):
+            return content
+    text = opened.get(f"question:{node_id}")
     return str(text) if text else ""
 
 
@@ -343,6 +349,13 @@ class Renderer:
 
     def _on_NodeErrored(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
         self._line(f"✖ {node} failed: {_clip(str(event.get('error') or ''), 300)}", "red")
+
+    def _on_NodeRetrying(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        self._line(
+            f"  ↻ {node}: {_clip(str(event.get('error') or ''), 160)}; retrying in "
+            f"{event.get('backoff_ms')} ms",
+            "yellow",
+        )
 
     def _on_NodeFailed(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
         self._line(f"✖ {node} failed: {_clip(str(event.get('error') or ''), 300)}", "bold red")

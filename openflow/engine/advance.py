@@ -512,7 +512,8 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
         return None
     if ns.awaiting or ns.failed is not None or ns.interrupted:
         return None
-    if not (node.agent.request_user_input or node.agent.conversation_mode):
+    source = snapshot.planning and action.node_id == snapshot.plan_source
+    if not (node.agent.request_user_input or node.agent.conversation_mode or source):
         return f"live messages are disabled for node {action.node_id!r} (requestUserInput is off)"
     live = ns.in_flight is not None or any(
         b.node_id == action.node_id for b in snapshot.batches.values()

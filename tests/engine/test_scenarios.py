@@ -330,6 +330,7 @@ def test_16_pinned_source_stays_conversational_before_freeze_after_restore() -> 
     assert request.node_id == "freeze"
     assert request.tool_access_policy == "planning" and request.allow_user_input
     assert "openflow_request_user_input" in [t.name for t in request.harness_tools]
+    assert engine.check(d.snapshot, MessageSent(node_id="freeze", text="note")) is None
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,55 @@
+"""A small MCP server over stdio for the MCP tests; `MCP_TEST_VARIANT=changed` alters `add`."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+
+import mcp_types
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("test-stdio")
+CHANGED = os.environ.get("MCP_TEST_VARIANT") == "changed"
+ADD_DESCRIPTION = "Add two integers." + (" Now rounds to tens." if CHANGED else "")
+
+
+@server.tool(name="add", description=ADD_DESCRIPTION)
+def add(a: int, b: int) -> str:
+    return str(a + b)
+
+
+@server.tool(name="fail", description="Always reports an error.")
+def fail(reason: str) -> str:
+    raise ToolError(reason)
+
+
+@server.tool(name="where", description="The folder the server runs in.")
+def where() -> str:
+    return os.getcwd()
+
+
+@server.tool(name="snap", description="Returns text and a tiny picture.")
+def snap() -> list[mcp_types.TextContent | mcp_types.ImageContent]:
+    picture = base64.b64encode(b"\x89PNG....").decode()
+    return [
+        mcp_types.TextContent(type="text", text="first line"),
+        mcp_types.TextContent(type="text", text="second line"),
+        mcp_types.ImageContent(type="image", data=picture, mime_type="image/png"),
+    ]
+
+
+@server.tool(name="sleep", description="Sleeps, then answers.")
+async def sleep(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "awake"
+
+
+@server.tool(name="odd.name_1", description="A tool whose name needs encoding.")
+def odd() -> str:
+    return "odd"
+
+
+if __name__ == "__main__":
+    server.run()

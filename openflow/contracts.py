@@ -92,6 +92,7 @@ class PrepareResult(_Model):
     active_provider: str
     tool_names: list[str]
     execution_dir: str
+    warnings: list[str] = Field(default_factory=list)
 
 
 class ModelTurnInput(_Model):

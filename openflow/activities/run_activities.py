@@ -25,6 +25,7 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
 from openflow.activities.store import RunStore
 from openflow.engine.advance import reply_items
+from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.state import StoredItemRef
 from openflow.engine.transcript import ToolResultItem, TranscriptItem
@@ -152,8 +153,21 @@ class RunActivities:
         self.store.put_bytes(
             inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
         )
-        tool_names = sorted(self._tool_specs_by_name())
-        catalog = [self._tool_specs_by_name()[n].model_dump(mode="json") for n in tool_names]
+        builtin = self._tool_specs_by_name()
+        catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
+        warnings: list[str] = []
+        if settings.mcp:
+            from openflow.activities.mcp import discover_tools
+
+            mcp = await discover_tools(
+                settings.mcp,
+                reserved=[*builtin, *HARNESS_TOOLS, SEAL_TOOL],
+                cwd=Path(execution_dir),
+                run_dir=self.store.run_dir(inp.run_id),
+            )
+            catalog += [tool.catalog_entry() for tool in mcp.tools]
+            warnings = mcp.warnings
+        tool_names = sorted(entry["name"] for entry in catalog)
         self.store.put_bytes(inp.run_id, "catalog.json", json.dumps(catalog).encode())
         return c.PrepareResult(
             workflow=wf,
@@ -161,6 +175,7 @@ class RunActivities:
             active_provider=default,
             tool_names=tool_names,
             execution_dir=execution_dir,
+            warnings=warnings,
         )
 
     def _check_credentials(

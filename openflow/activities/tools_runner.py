@@ -68,22 +68,41 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
     )
     locks = acts._locks.setdefault(inp.run_id, LockTable())
     cache = acts._caches.setdefault(inp.run_id, ResultCache())
-    work = asyncio.create_task(
-        execute_batch(ctx, inp.calls, acts.tools, locks, acts._budget, cache)
-    )
-    try:
-        outcome = await asyncio.shield(work)
-    except asyncio.CancelledError:
-        cancel.set()
-        with contextlib.suppress(Exception):
-            await work
-        raise
+    async with _batch_tools(acts, inp) as registry:
+        work = asyncio.create_task(
+            execute_batch(ctx, inp.calls, registry, locks, acts._budget, cache)
+        )
+        try:
+            outcome = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            cancel.set()
+            with contextlib.suppress(Exception):
+                await work
+            raise
     return BatchRun(
         results=list(outcome.results),
         interrupted=bool(outcome.interrupted),
         changed_files=[_plain(r) for r in getattr(outcome, "changed_files", [])],
         reads=[_plain(r) for r in getattr(outcome, "reads", [])],
         events=events,
+    )
+
+
+def _batch_tools(
+    acts: RunActivities, inp: c.ToolBatchInput
+) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The worker's tools, plus the run's pinned MCP tools when the batch calls one."""
+    if not any(call.name.startswith(("mcp_", "mcp/")) for call in inp.calls):
+        return contextlib.nullcontext(acts.tools)
+    from openflow.activities.mcp import batch_registry
+
+    return batch_registry(
+        acts.tools,
+        acts.store,
+        inp.run_id,
+        home=acts.home,
+        execution_dir=Path(inp.execution_dir),
+        run_dir=acts.store.run_dir(inp.run_id),
     )
 
 

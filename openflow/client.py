@@ -11,6 +11,7 @@ Errors:
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,13 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
@@ -69,8 +76,21 @@ class RunSummary:
     start_time: str | None
 
 
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
 def new_run_id() -> str:
     return f"run-{uuid.uuid4()}"
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id is one safe path component: letters, digits, `_`, `.`, `-` (at most 128)."""
+    if not RUN_ID.match(run_id):
+        raise RunError(
+            f"run id {run_id!r} is not usable: use 1-128 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return run_id
 
 
 class Runs:
@@ -92,7 +112,7 @@ class Runs:
         provider_id: str | None = None,
     ) -> str:
         """Start a run of `workflow` as it is now; later edits to the file change nothing."""
-        run_id = run_id or new_run_id()
+        run_id = check_run_id(run_id) if run_id else new_run_id()
         attrs = TypedSearchAttributes(
             [
                 SearchAttributePair(SA_STATUS, "running"),
@@ -258,6 +278,7 @@ class Runs:
             id=run_id,
             task_queue=self.task_queue,
             search_attributes=attrs,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         )
         return run_id
 

@@ -8,7 +8,6 @@ or edge at fault and says what to change.
 from __future__ import annotations
 
 import functools
-
 import unicodedata
 from collections.abc import Iterator
 from typing import Any, cast

@@ -432,18 +432,17 @@ class LocalStack:
             )
             self._api = EmbeddedApiServer(config)
             self.tasks.append(asyncio.create_task(self._api.serve(), name="api"))
-            await self._wait_api_started()
+            await self._wait_api_started(self._api, self.tasks[-1])
         except BaseException:
             await self.close()
             raise
         return self
 
-    async def _wait_api_started(self) -> None:
+    async def _wait_api_started(self, api: EmbeddedApiServer, task: asyncio.Task[Any]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30.0
-        while not self._api.started:
-            api_task = self.tasks[-1]
-            if api_task.done():
+        while not api.started:
+            if task.done():
                 raise ServerError(
                     f"the HTTP API could not start on {self.api_url}; choose another --api-port"
                 )

@@ -109,6 +109,33 @@ class NodeState(_Model):
         """1-based attempt number (retries + 1), saturating at 255 like OpenFlow's u8."""
         return min(self.retries + 1, 255)
 
+    def fork(self) -> NodeState:
+        """A copy the reducer may change without touching this one.
+
+        Transcript items are frozen, so the lists are copied and the items shared: a step
+        costs O(items) pointer copies instead of a deep copy of the whole conversation.
+        """
+        return self.model_copy(
+            update={
+                "handoff": dict(self.handoff) if self.handoff is not None else None,
+                "handoff_job": dict(self.handoff_job) if self.handoff_job is not None else None,
+                "queued_messages": list(self.queued_messages),
+                "structured_input": dict(self.structured_input)
+                if self.structured_input is not None
+                else None,
+                "in_flight": self.in_flight.model_copy() if self.in_flight is not None else None,
+                "counters": self.counters.model_copy(),
+                "transcript": list(self.transcript),
+                "origins": list(self.origins),
+                "changed_files": list(self.changed_files),
+                "reads": list(self.reads),
+                "pending_repair": dict(self.pending_repair)
+                if self.pending_repair is not None
+                else None,
+                "runtime_patch": dict(self.runtime_patch),
+            }
+        )
+
 
 class PendingBatch(_Model):
     """A tool batch the engine queued: awaiting approval, runnable or in flight."""
@@ -191,6 +218,20 @@ class RunSnapshot(_Model):
     redundant_reads: int = 0
     plan_source: str | None = None
     packet: ChangeEvidencePacket | None = None
+
+    def fork(self) -> RunSnapshot:
+        """A copy the reducer may change; the workflow definition is shared (never changed)."""
+        return self.model_copy(
+            update={
+                "tool_names": list(self.tool_names) if self.tool_names is not None else None,
+                "nodes": {node_id: ns.fork() for node_id, ns in self.nodes.items()},
+                "batches": {
+                    batch_id: batch.model_copy(update={"calls": list(batch.calls)})
+                    for batch_id, batch in self.batches.items()
+                },
+                "report": dict(self.report) if self.report is not None else None,
+            }
+        )
 
     @property
     def planning(self) -> bool:

@@ -183,7 +183,7 @@ class Turns:
     """A mutable working copy of the snapshot and the turn protocol of every node."""
 
     def __init__(self, snapshot: RunSnapshot, now_ms: int) -> None:
-        self.s = snapshot.model_copy(deep=True)
+        self.s = snapshot.fork()
         self.now = now_ms
         self.events: list[RunEvent] = []
         self.intents: list[Intent] = []

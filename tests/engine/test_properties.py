@@ -215,9 +215,11 @@ class CheckedDriver(Driver):
 
     def feed(self, *facts: Fact) -> Plan:
         before = self.snapshot
+        frozen = before.model_dump_json()
         plan = super().feed(*facts)
         again = engine.advance(before, list(facts), self.now)
         assert again.model_dump_json() == plan.model_dump_json(), "advance is not deterministic"
+        assert before.model_dump_json() == frozen, "advance changed the snapshot it was given"
         self.check(plan)
         return plan
 

@@ -73,11 +73,14 @@ async def open_session(
     """
     async with contextlib.AsyncExitStack() as stack:
         if config.transport == "stdio":
+            folder = config.working_dir(cwd)
+            if not folder.is_dir():
+                raise McpUnavailable(f"its working folder {str(folder)!r} does not exist")
             params = StdioServerParameters(
                 command=str(config.command),
                 args=list(config.args),
                 env=dict(config.env) or None,
-                cwd=config.working_dir(cwd),
+                cwd=folder,
             )
             errlog = stack.enter_context(_errlog(log))
             read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))

@@ -42,6 +42,8 @@ def snap() -> list[mcp_types.TextContent | mcp_types.ImageContent]:
 
 @server.tool(name="sleep", description="Sleeps, then answers.")
 async def sleep(seconds: float) -> str:
+    with open("sleeping", "w") as marker:
+        marker.write(str(os.getpid()))
     await asyncio.sleep(seconds)
     return "awake"
 

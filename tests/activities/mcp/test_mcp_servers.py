@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,7 +93,10 @@ class Rig:
         return outcome.results
 
     async def batch(
-        self, *calls: tuple[str, dict[str, Any]], call_timeout_s: float = CALL_TIMEOUT_S
+        self,
+        *calls: tuple[str, dict[str, Any]],
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        cancel: asyncio.Event | None = None,
     ) -> BatchOutcome:
         ctx = ToolContext(
             run_id=RUN,
@@ -100,6 +105,7 @@ class Rig:
             run_dir=self.run_dir,
             retry_policy=(3, 0),
             emit=self.events.append,
+            cancel=cancel or asyncio.Event(),
         )
         tool_calls = [
             ToolCall(id=f"call-{i}", name=n, arguments=a) for i, (n, a) in enumerate(calls)
@@ -209,19 +215,24 @@ async def test_servers_that_cannot_be_set_up_are_ignored_with_a_warning(
             "mute": {"command": python, "args": ["-c", "import time; time.sleep(30)"]},
             "nowhere": {"url": f"http://127.0.0.1:{free_port()}/mcp"},
             "nourl": {"transport": "http"},
+            "nofolder": stdio_config(cwd="missing"),
         },
         start_timeout_s=1,
     )
     assert time.monotonic() - started < 10
     assert [t.spec.name for t in found.tools] == [LOOKUP, REFUSE]
     by_server = {w.split("'")[1]: w for w in found.warnings}
-    assert set(by_server) == {"missing", "quits", "mute", "nowhere", "nourl"}
+    assert set(by_server) == {"missing", "quits", "mute", "nowhere", "nourl", "nofolder"}
     assert all(w.startswith("ignored MCP server ") for w in found.warnings)
     assert all(w.count('under "mcp" in settings.json') == 1 for w in found.warnings)
     assert "its command was not found" in by_server["missing"]
     assert "did not start and list its tools within 1s" in by_server["mute"]
     assert "could not be reached" in by_server["nowhere"]
     assert "needs a `url`" in by_server["nourl"]
+    assert (
+        f"its working folder {str(rig.workdir / 'missing')!r} does not exist"
+        in (by_server["nofolder"])
+    )
     log = rig.run_dir / "mcp-logs" / "quits.log"
     assert f"(its error output is in {log})" in by_server["quits"]
     assert "bad token" in log.read_text()
@@ -298,6 +309,38 @@ async def test_a_call_that_takes_too_long_times_out_and_is_not_retried(rig: Rig)
     assert slow.is_error
     assert slow.content.startswith(f"[timeout] {SLEEP} timed out after 0.5s — ")
     assert not [e for e in rig.events if e.get("type") == "ToolRetrying"]
+
+
+async def until(predicate: Any, timeout: float = 20.0) -> None:
+    """Poll `predicate` until it holds or the deadline passes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_a_cancelled_batch_stops_the_call_and_its_server(rig: Rig) -> None:
+    await rig.discover({CALC: stdio_config()})
+    cancel = asyncio.Event()
+    batch = asyncio.create_task(rig.batch((SLEEP, {"seconds": 60}), cancel=cancel))
+    marker = rig.workdir / "sleeping"
+    await until(marker.exists)
+    await until(lambda: marker.read_text().isdigit())
+    cancel.set()
+    outcome = await asyncio.wait_for(batch, 15)
+    assert outcome.interrupted
+    (result,) = outcome.results
+    assert (result.content, result.is_error) == (f"[cancelled] {SLEEP} was cancelled", True)
+    await until(lambda: process_gone(int(marker.read_text())))
 
 
 async def test_an_unreachable_or_unconfigured_server_fails_the_call(

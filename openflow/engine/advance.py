@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, assert_never
 
 from openflow.engine import prompts
+from openflow.engine.classify import classify_failure
 from openflow.engine.graph import ancestors, parents
 from openflow.engine.policy import SEAL_TOOL
 from openflow.engine.spec import Workflow
@@ -333,9 +334,50 @@ class _Run(Turns):
             return
         if fact.persisted_len is not None:
             ns.persisted_len = fact.persisted_len
-        if not fact.lost:
-            ns.calls_done += 1
+        if fact.lost:
+            self.on_lost_call(node_id, fact)
+            return
+        ns.calls_done += 1
         self.on_failure(node_id, fact.failure)
+
+    def announce_pauses(self) -> None:
+        """After a resume, say again what still waits for people, so every follower sees it."""
+        for node_id, ns in sorted(self.s.nodes.items()):
+            if ns.awaiting and node_id in self.by_id:
+                self.pause_for_input(node_id, ns.structured_input)
+            elif ns.failed is not None and node_id in self.by_id:
+                self.emit(
+                    "NodeErrored",
+                    node_id=node_id,
+                    label=self.label(node_id),
+                    error=ns.failed,
+                    model_attempt=ns.model_attempt,
+                )
+        for batch_id in sorted(self.s.batches):
+            if self.s.batches[batch_id].requires_approval:
+                self.announce_approval(batch_id)
+
+    def on_lost_call(self, node_id: str, fact: ModelFailed) -> None:
+        """A call whose worker died: try again at once (the provider did not fail).
+
+        It counts as a new attempt and against the transient streak, so a worker that keeps
+        dying on the same call ends in a retryable pause instead of a loop.
+        """
+        ns = self.node(node_id)
+        display = error_text(classify_failure(fact.failure))
+        if ns.transient_streak >= self.wf.settings.retry_policy.max_attempts:
+            self.fail_node(node_id, display)
+            return
+        ns.transient_streak += 1
+        ns.retries = min(ns.retries + 1, MAX_MODEL_ATTEMPT)
+        self.emit(
+            "NodeRetrying",
+            node_id=node_id,
+            label=self.label(node_id),
+            attempt=ns.model_attempt,
+            backoff_ms=0,
+            error=display,
+        )
 
     def on_handoff(self, fact: HandoffStored) -> None:
         if fact.node_id not in self.s.nodes or fact.node_id not in self.by_id:
@@ -620,6 +662,7 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
                 ns.interrupted = True
         if ns.interrupted:
             run.retry(node_id, None)
+    run.announce_pauses()
     run.schedule()
     return _finish(run)
 

@@ -174,6 +174,8 @@ def complete_submit(
     markdown_headings: list[str] | None = None,
 ) -> Completed | TurnError:
     """The submit completion protocol (spec 3.3) plus the engine's own schema check."""
+    if not raw and args is not None:
+        raw = json.dumps(args, ensure_ascii=False)
     candidate = raw[:REPAIR_CANDIDATE_LIMIT] if raw else None
     if finish_reason == "length":
         return TurnError(

@@ -692,18 +692,24 @@ class Turns:
         for call in calls:
             self.emit("ToolCallProposed", node_id=node_id, label=label, tool_call=shown_call(call))
         if requires:
-            first = calls[0]
-            self.emit(
-                "ToolApprovalRequested",
-                request={
-                    "approvalId": batch_id,
-                    "nodeId": node_id,
-                    "nodeLabel": label,
-                    "toolCall": shown_call(first),
-                    "tier": tool_tier(first.name, first.arguments),
-                    "toolCalls": [shown_call(c) for c in calls],
-                },
-            )
+            self.announce_approval(batch_id)
+
+    def announce_approval(self, batch_id: str) -> None:
+        """Tell people a batch waits for their decision (one ToolApprovalRequested a batch)."""
+        batch = self.s.batches[batch_id]
+        calls = batch.calls
+        first = calls[0]
+        self.emit(
+            "ToolApprovalRequested",
+            request={
+                "approvalId": batch_id,
+                "nodeId": batch.node_id,
+                "nodeLabel": self.label(batch.node_id),
+                "toolCall": shown_call(first),
+                "tier": tool_tier(first.name, first.arguments),
+                "toolCalls": [shown_call(c) for c in calls],
+            },
+        )
 
     def record_seal(self, node_id: str, call: ToolCall, artifact_ids: tuple[str, ...]) -> None:
         """Point a successful seal call at its artifact instead of the plan text (spec 11)."""

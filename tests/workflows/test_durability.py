@@ -243,3 +243,19 @@ async def _poll_state(runs: Runs, run_id: str, predicate, timeout: float = 30.0)
             pass
         await asyncio.sleep(0.05)
     raise AssertionError("state condition not reached")
+
+
+async def test_resume_a_run_stopped_at_an_input_pause_shows_the_pause(harness: Harness) -> None:
+    harness.script({"ask": [{"ask": "Which colour?"}, {"echo": True}]})
+    run_id = await harness.start(make_workflow([node("ask", requestUserInput=True)], []))
+    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.handle(run_id).cancel()
+    assert (await harness.result(run_id)).status == "stopped"
+    await harness.runs.resume(run_id)
+    state = await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    assert state["status"] == "paused"
+    assert state["statusByNode"]["ask"] == "awaiting_input"
+    await harness.runs.act(run_id, _input("ask", "blue"))
+    result = await harness.result(run_id)
+    assert result.status == "completed"
+    await harness.replay(run_id)

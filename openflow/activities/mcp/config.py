@@ -77,7 +77,7 @@ class McpServerConfig(BaseModel):
         return self
 
     def working_dir(self, execution_dir: Path) -> Path:
-        """Where a stdio server starts: its `cwd` (relative to the execution folder) or that folder."""
+        """A stdio server's folder: `cwd` (relative to the execution folder), else that folder."""
         if not self.cwd:
             return execution_dir
         return execution_dir / Path(self.cwd).expanduser()

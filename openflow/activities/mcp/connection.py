@@ -67,10 +67,7 @@ def _errlog(path: Path | None) -> Iterator[TextIO]:
 async def open_session(
     config: McpServerConfig, *, cwd: Path, log: Path | None = None
 ) -> AsyncIterator[ClientSession]:
-    """An initialized session with the server; leaving it stops a stdio server's process.
-
-    A stdio server's error output is appended to `log` (discarded when None).
-    """
+    """An initialized session; a stdio server's error output goes to `log`, and it stops on exit."""
     async with contextlib.AsyncExitStack() as stack:
         if config.transport == "stdio":
             folder = config.working_dir(cwd)
@@ -117,10 +114,7 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 def describe_failure(exc: BaseException, timeout: str = "") -> str:
-    """Why a server could not be used, in words that quote no URL, header or variable.
-
-    `timeout` completes "it did not ..." for a TimeoutError.
-    """
+    """Why a server could not be used (`timeout` ends "it did not ..."), quoting no secret."""
     exc = _leaf(exc)
     if isinstance(exc, TimeoutError):
         return f"it did not {timeout or 'answer in time'}"

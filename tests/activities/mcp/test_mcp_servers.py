@@ -187,7 +187,8 @@ async def test_exclusive_tools_of_a_server_share_its_lock(rig: Rig, http_mcp: Ht
     ) as registry:
         assert registry is not None
         ctx = ToolContext(RUN, "node", rig.workdir, rig.run_dir)
-        keys = {name: registry.get(name).lock_keys(ctx, {}) for name in (LOOKUP, REFUSE)}  # type: ignore[union-attr]
+        tools = {name: registry.get(name) for name in (LOOKUP, REFUSE)}
+        keys = {name: tool.lock_keys(ctx, {}) for name, tool in tools.items() if tool is not None}
     assert keys == {LOOKUP: ["mcp-server:web"], REFUSE: ["mcp-server:web"]}
 
 

@@ -16,7 +16,7 @@ from typing import Any, assert_never
 
 from openflow.engine import prompts
 from openflow.engine.classify import classify_failure
-from openflow.engine.graph import ancestors, parents
+from openflow.engine.graph import ancestors, parents, workflow_problems
 from openflow.engine.policy import SEAL_TOOL
 from openflow.engine.spec import Workflow
 from openflow.engine.state import (
@@ -585,8 +585,13 @@ def start(
     execution_dir: str = "",
     project_root: str | None = None,
     tool_names: Iterable[str] | None = None,
+    warnings: Iterable[str] = (),
 ) -> Plan:
-    """A new run's first plan: the initial snapshot and its first model calls."""
+    """A new run's first plan: the initial snapshot and its first model calls.
+
+    An invalid workflow ends the run at once with every problem named; `warnings` (servers
+    skipped at start and the like) become non-fatal `Error` events.
+    """
     plan_mode = workflow.settings.plan_mode
     source = plan_mode.evidence_source_node_id if plan_mode is not None else None
     snapshot = RunSnapshot(
@@ -606,6 +611,16 @@ def start(
         workflow_name=workflow.name,
         entrypoint_text=entrypoint_text,
     )
+    for warning in warnings:
+        text = warning if warning.startswith("ignored ") else f"ignored {warning}"
+        run.emit("Error", message=text)
+    problems = workflow_problems(workflow)
+    if problems:
+        first = problems[0]
+        run.terminal(
+            first.node_id or "",
+            "invalid workflow: " + "; ".join(str(p) for p in problems),
+        )
     run.schedule()
     return _finish(run)
 

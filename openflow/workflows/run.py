@@ -143,6 +143,7 @@ class OpenFlowRun:
                 execution_dir=prepared.execution_dir,
                 project_root=inp.project_dir,
                 tool_names=prepared.tool_names,
+                warnings=prepared.warnings,
             )
         else:
             self._profiles = inp.profiles or {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-
 import os
 import signal
 import subprocess
@@ -63,7 +62,10 @@ def chain(n: int) -> Workflow:
             "id": "bench-chain",
             "name": "bench chain",
             "nodes": [_node(i) for i in ids],
-            "edges": [{"id": f"e{i}", "from": a, "to": b} for i, (a, b) in enumerate(zip(ids, ids[1:]))],
+            "edges": [
+                {"id": f"e{i}", "from": a, "to": b}
+                for i, (a, b) in enumerate(zip(ids, ids[1:], strict=False))
+            ],
         }
     )
 
@@ -81,7 +83,9 @@ def tool_turns(n: int, say: str = "") -> list[dict[str, Any]]:
     return [*turns, {"submit": {"summary": "done"}, "say": say}]
 
 
-async def _run(client: Client, home: Path, wf: Workflow, script: dict[str, Any]) -> tuple[float, str]:
+async def _run(
+    client: Client, home: Path, wf: Workflow, script: dict[str, Any]
+) -> tuple[float, str]:
     write_scripted_settings(home, script, exhausted="echo")
     queue = f"bench-{uuid.uuid4()}"
     runs = Runs(client, queue)
@@ -120,7 +124,9 @@ async def replay(client: Client, home: Path, turns: int) -> tuple[float, float]:
     _, run_id = await _run(client, home, single(), {"busy": tool_turns(turns)})
     _, _, history = await _history(client, run_id)
     replayer = Replayer(
-        workflows=[OpenFlowRun], data_converter=client.data_converter, workflow_runner=sandbox_runner()
+        workflows=[OpenFlowRun],
+        data_converter=client.data_converter,
+        workflow_runner=sandbox_runner(),
     )
     started = time.perf_counter()
     await replayer.replay_workflow(history)
@@ -192,8 +198,12 @@ async def main_async(turns: int, quick: bool) -> None:
             short = await history_per_turn(client, home, 10)
             long = await history_per_turn(client, home, 40 if quick else 200)
             print("history per model turn, 2 KB assistant messages, one tool call a turn")
-            print(f"  10-turn node     : {short[0]:5.1f} events  {short[1]:8.0f} bytes  {short[2]:+7.0f} beyond new content")
-            print(f"  {40 if quick else 200}-turn node    : {long[0]:5.1f} events  {long[1]:8.0f} bytes  {long[2]:+7.0f} beyond new content")
+            print(
+                f"  10-turn node     : {short[0]:5.1f} events  {short[1]:8.0f} bytes  {short[2]:+7.0f} beyond new content"
+            )
+            print(
+                f"  {40 if quick else 200}-turn node    : {long[0]:5.1f} events  {long[1]:8.0f} bytes  {long[2]:+7.0f} beyond new content"
+            )
             print(f"  bytes ratio long/short: {long[1] / short[1]:.3f}  (goal within 1.10)")
             n = 100 if quick else 500
             ours, bare = await replay(client, home, n)
@@ -202,7 +212,9 @@ async def main_async(turns: int, quick: bool) -> None:
             print(f"  bare {n}-activity : {bare:8.1f} ms")
             print(f"  ratio            : {ours / bare:7.2f}x  (goal <= 2x)")
             recovery = await kill_recovery(client, home, address)
-            print(f"kill -9 of the worker mid-turn to progress on a new worker: {recovery:.2f} s (goal < 6 s)")
+            print(
+                f"kill -9 of the worker mid-turn to progress on a new worker: {recovery:.2f} s (goal < 6 s)"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,4 +231,3 @@ if __name__ == "__main__":
 
 
 __all__ = ["chain", "main", "single", "tool_turns"]
-

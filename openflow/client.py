@@ -4,6 +4,7 @@ The CLI and the HTTP API both speak to runs through this module, so they behave 
 
 Errors:
     RunError            base
+    ├── InvalidWorkflow the workflow does not validate
     ├── RunNotFound     no run with that id (for this tenant)
     ├── ActionRejected  the run refused an action (the engine's reason)
     └── RunConflict     the run is not in a state that allows the request
@@ -33,6 +34,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.engine.graph import workflow_problems
 from openflow.engine.spec import Workflow
 
 SA_STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
@@ -63,6 +65,10 @@ class ActionRejected(RunError):
 
 class RunConflict(RunError):
     pass
+
+
+class InvalidWorkflow(RunError):
+    """The workflow does not validate; the message names every problem."""
 
 
 @dataclass
@@ -112,6 +118,9 @@ class Runs:
         provider_id: str | None = None,
     ) -> str:
         """Start a run of `workflow` as it is now; later edits to the file change nothing."""
+        problems = workflow_problems(workflow)
+        if problems:
+            raise InvalidWorkflow("; ".join(str(p) for p in problems))
         run_id = check_run_id(run_id) if run_id else new_run_id()
         attrs = TypedSearchAttributes(
             [
@@ -139,7 +148,10 @@ class Runs:
                 static_summary=f"{workflow.name} · {entrypoint[:60]}"
                 if entrypoint
                 else workflow.name,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
+        except WorkflowAlreadyStartedError as exc:
+            raise RunConflict(f"a run with id {run_id!r} already exists") from exc
         except RPCError as exc:
             if exc.status == RPCStatusCode.ALREADY_EXISTS:
                 raise RunConflict(f"a run with id {run_id!r} already exists") from exc
@@ -293,6 +305,7 @@ def _q(value: str) -> str:
 
 __all__ = [
     "ActionRejected",
+    "InvalidWorkflow",
     "RunConflict",
     "RunError",
     "RunNotFound",

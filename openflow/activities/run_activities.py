@@ -168,6 +168,14 @@ class RunActivities:
             catalog += [tool.catalog_entry() for tool in mcp.tools]
             warnings = mcp.warnings
         tool_names = sorted(entry["name"] for entry in catalog)
+        if self.tools is not None:
+            # The seal tool is offered only to a plan source while planning; the engine adds
+            # it to that node's request, so its spec is in the catalog but not in tool_names.
+            catalog += [
+                s.model_dump(mode="json")
+                for s in self.tools.specs("planning", plan_source=True)
+                if s.name == SEAL_TOOL
+            ]
         self.store.put_bytes(inp.run_id, "catalog.json", json.dumps(catalog).encode())
         return c.PrepareResult(
             workflow=wf,

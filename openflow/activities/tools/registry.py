@@ -11,9 +11,11 @@ from openflow.activities.tools.base import Tool
 from openflow.activities.tools.bash import BashTool
 from openflow.activities.tools.fs import LsTool, ReadTool
 from openflow.activities.tools.patch import ApplyPatchTool
+from openflow.activities.tools.plan import SealPlanTool
 from openflow.activities.tools.search import FindTool, SearchTool
 from openflow.activities.tools.todo import TodoTool
 from openflow.activities.tools.writes import EditTool, WriteTool
+from openflow.engine.policy import SEAL_TOOL
 from openflow.engine.request import ToolAccessPolicy, ToolSpec
 
 INTENT_PROPERTY = {
@@ -72,6 +74,10 @@ class ToolRegistry:
         for name in self.names():
             tool = self._tools[name]
             suffix = ""
+            if name == SEAL_TOOL:
+                if policy == "planning" and plan_source:
+                    specs.append(spec_of(tool))
+                continue
             if tool.tier != "read":
                 if policy == "planning":
                     if name not in PLAN_WRITES or (read_only and not plan_source):
@@ -109,6 +115,7 @@ def builtin_tools() -> list[Tool]:
         SearchTool(),
         TodoTool(),
         WriteTool(),
+        SealPlanTool(),
     ]
     binary = ast_grep_binary()
     if binary:

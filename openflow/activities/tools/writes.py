@@ -11,6 +11,7 @@ from openflow.activities.tools.base import (
     FileOp,
     InvalidArgs,
     NotFound,
+    PermissionDenied,
     ThreadTool,
     ToolContext,
     ToolOutput,
@@ -31,6 +32,10 @@ from openflow.activities.tools.sandbox import Sandbox
 def _mutation_target(ctx: ToolContext, tool: str, raw: object) -> tuple[Path, str, bool]:
     """(real path, shown name, is a project file) of a write/edit target."""
     if raw == PLAN_URI:
+        if (ctx.artifacts_dir / "PLAN.sealed.json").exists():
+            raise PermissionDenied(
+                "run://PLAN.md is sealed; the plan can no longer change in this run"
+            )
         return plan_path(ctx), PLAN_URI, False
     resolved = Sandbox(ctx.execution_dir).resolve(raw, tool)
     if resolved.real.is_dir():

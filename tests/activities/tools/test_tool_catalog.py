@@ -24,9 +24,19 @@ needs_ast_grep = pytest.mark.skipif(ast_grep_binary() is None, reason="ast-grep 
 
 def test_default_registry_holds_the_builtins() -> None:
     names = default_registry().names()
-    expected = sorted(BUILTINS + (AST_TOOLS if ast_grep_binary() else []))
+    expected = sorted(
+        BUILTINS + ["openflow_write_plan_artifact"] + (AST_TOOLS if ast_grep_binary() else [])
+    )
     assert names == expected
     assert "web_search" not in names
+
+
+def test_the_seal_tool_is_offered_only_to_a_plan_source_while_planning() -> None:
+    registry = default_registry()
+    seal = "openflow_write_plan_artifact"
+    assert seal not in [s.name for s in registry.specs("execution")]
+    assert seal not in [s.name for s in registry.specs("planning")]
+    assert seal in [s.name for s in registry.specs("planning", plan_source=True)]
 
 
 def test_specs_are_sorted_and_carry_the_intent_property() -> None:

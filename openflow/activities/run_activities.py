@@ -206,8 +206,10 @@ class RunActivities:
 
     # --- model turns --------------------------------------------------------------------
 
-    @activity.defn(name=c.ACTIVITY_MODEL_TURN)
-    async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
+    def _prepare_turn(
+        self, inp: c.ModelTurnInput
+    ) -> tuple[AgentRequest, list[TranscriptItem], list[ToolSpec], int]:
+        """Store what this turn adds to the transcript and load what the provider needs."""
         header_key = f"headers/{inp.header_digest}.json"
         if inp.header is not None:
             if not self.store.exists(inp.run_id, header_key):
@@ -225,19 +227,27 @@ class RunActivities:
             _ITEM.validate_json(line) for line in self.store.read_lines(inp.run_id, transcript_key)
         ]
         tools = self._offered(inp.run_id, request.tool_names)
+        return request, transcript, tools, persisted
+
+    @activity.defn(name=c.ACTIVITY_MODEL_TURN)
+    async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
+        request, transcript, tools, persisted = await asyncio.to_thread(self._prepare_turn, inp)
         live = self.live
         message_id = f"{inp.call_id}"
+        streamed: set[str] = set()
 
         def on_delta(kind: str, text: str) -> None:
             if live is None or not text:
                 return
+            role = "thinking" if kind == "thinking" else "assistant"
+            streamed.add(role)
             live.publish(
                 inp.run_id,
                 {
                     "type": "ChatMessageDelta",
                     "node_id": inp.node_id,
                     "message_id": message_id,
-                    "role": "thinking" if kind == "thinking" else "assistant",
+                    "role": role,
                     "delta": text,
                     "finalize": False,
                 },
@@ -248,17 +258,16 @@ class RunActivities:
             reply = await heartbeating(provider.complete(request, transcript, tools, on_delta))
         except ProviderError as exc:
             return c.ModelTurnResult(failure=exc.failure, persisted_len=persisted)
-        except asyncio.CancelledError:
-            raise
         finally:
-            if live is not None:
+            for role in sorted(streamed):
+                assert live is not None
                 live.publish(
                     inp.run_id,
                     {
                         "type": "ChatMessageDelta",
                         "node_id": inp.node_id,
                         "message_id": message_id,
-                        "role": "assistant",
+                        "role": role,
                         "delta": "",
                         "finalize": True,
                     },
@@ -266,7 +275,9 @@ class RunActivities:
         reply = compact_reply(reply)
         reply_key = f"replies/{handoff_segment(inp.node_id)}/{handoff_segment(inp.call_id)}.json"
         items = reply_items(reply)
-        self.store.put_bytes(inp.run_id, reply_key, _ITEMS.dump_json(items))
+        await asyncio.to_thread(
+            self.store.put_bytes, inp.run_id, reply_key, _ITEMS.dump_json(items)
+        )
         return c.ModelTurnResult(reply=reply, reply_key=reply_key, persisted_len=persisted)
 
     def _profile(self, inp: c.ModelTurnInput) -> dict[str, Any]:
@@ -326,7 +337,9 @@ class RunActivities:
         outcome = await heartbeating(run_batch(self, inp))
         store_key = f"batches/{handoff_segment(inp.batch_id)}.json"
         full = [ToolResultItem(result=r) for r in outcome.results]
-        self.store.put_bytes(inp.run_id, store_key, _ITEMS.dump_json(list(full)))
+        await asyncio.to_thread(
+            self.store.put_bytes, inp.run_id, store_key, _ITEMS.dump_json(list(full))
+        )
         return c.ToolBatchResult(
             results=[
                 {
@@ -362,7 +375,9 @@ class RunActivities:
             name, media = "HANDOFF.json", "application/json"
         if len(data) > HANDOFF_LIMIT:
             return c.HandoffResult(error=f"the handoff is {len(data)} bytes; the limit is 1 MiB")
-        self.store.put_bytes(inp.run_id, f"handoffs/{segment}/{name}", data)
+        await asyncio.to_thread(
+            self.store.put_bytes, inp.run_id, f"handoffs/{segment}/{name}", data
+        )
         return c.HandoffResult(
             manifest={
                 "format": inp.format,

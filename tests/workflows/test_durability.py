@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
@@ -139,37 +140,95 @@ def _spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return proc
 
 
+KILL_POINTS = {
+    # The worker dies while the model decides on the write: the batch runs once, afterwards.
+    "model-turn-before-write": {
+        "turns": [
+            {
+                "tools": [
+                    {"name": "bash", "args": {"command": "echo line >> {ledger}"}, "id": "call-w"}
+                ],
+                "delay_ms": 3000,
+            },
+            {"submit": {"summary": "survived"}},
+        ],
+        "kill_when": "started",
+        "unknown": [],
+    },
+    # The worker dies while the write runs: never sent again, the model is told it is unknown.
+    "mid-write": {
+        "turns": [
+            {
+                "tools": [
+                    {
+                        "name": "bash",
+                        "args": {"command": "echo line >> {ledger}; sleep 8; echo end >> {ledger}"},
+                        "id": "call-w",
+                    }
+                ]
+            },
+            {"submit": {"summary": "survived"}},
+        ],
+        "kill_when": "ledger",
+        "unknown": ["call-w"],
+    },
+    # The worker dies in the model turn after the write: the write is not repeated.
+    "model-turn-after-write": {
+        "turns": [
+            {
+                "tools": [
+                    {"name": "bash", "args": {"command": "echo line >> {ledger}"}, "id": "call-w"}
+                ]
+            },
+            {"submit": {"summary": "survived"}, "delay_ms": 3000},
+        ],
+        "kill_when": "completed-tool",
+        "unknown": [],
+    },
+}
+
+
+def _fill(value: Any, ledger: Path) -> Any:
+    if isinstance(value, str):
+        return value.replace("{ledger}", str(ledger))
+    if isinstance(value, list):
+        return [_fill(v, ledger) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, ledger) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
 async def test_kill_worker_mid_run_no_side_effect_repeats(
-    client: Client, task_queue: str, openflow_home: Path, openflow_env: dict[str, str]
+    client: Client,
+    task_queue: str,
+    openflow_home: Path,
+    openflow_env: dict[str, str],
+    point: str,
 ) -> None:
+    case = KILL_POINTS[point]
     ledger = openflow_home / "ledger.txt"
-    write_scripted_settings(
-        openflow_home,
-        {
-            "work": [
-                {"tools": [{"name": "bash", "args": {"command": f"echo one >> {ledger}"}}]},
-                {
-                    "tools": [
-                        {
-                            "name": "bash",
-                            "args": {
-                                "command": f"echo start >> {ledger}; sleep 8; echo end >> {ledger}"
-                            },
-                            "id": "call-mid",
-                        }
-                    ]
-                },
-                {"submit": {"summary": "survived"}},
-            ]
-        },
-    )
+    write_scripted_settings(openflow_home, {"work": _fill(case["turns"], ledger)})
     wf = make_workflow([node("work", tools={"approvalMode": "yolo"})], [])
     first = _spawn_worker(openflow_env)
     second = None
+    runs = Runs(client, task_queue)
     try:
-        runs = Runs(client, task_queue)
         run_id = await runs.start(wf, entrypoint="go", project_dir=str(openflow_home))
-        await _poll(lambda: ledger.exists() and "start" in ledger.read_text(), what="mid-send")
+
+        async def ready() -> bool:
+            if case["kill_when"] == "ledger":
+                return ledger.exists() and "line" in ledger.read_text()
+            state = await runs.state(run_id)
+            done = any(
+                row["status"] == "completed" for row in state["toolCallsByNode"].get("work", [])
+            )
+            if case["kill_when"] == "completed-tool" and not done:
+                return False
+            return state["statusByNode"].get("work") == "started"
+
+        await _poll_async(ready, what=f"kill point {point}")
+        await asyncio.sleep(0.3)
         started = asyncio.get_running_loop().time()
         first.send_signal(signal.SIGKILL)
         first.wait(10)
@@ -177,24 +236,36 @@ async def test_kill_worker_mid_run_no_side_effect_repeats(
         raw = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
         result = RunResult.model_validate(raw)
         assert result.status == "completed"
-        # Past the moment the killed batch would have written "end": it died with its worker.
+        # Past the moment a killed batch would have written "end": it died with its worker.
         await asyncio.sleep(max(0.0, started + 9 - asyncio.get_running_loop().time()))
-        assert ledger.read_text().split() == ["one", "start"]
+        assert ledger.read_text().split() == ["line"], "a side effect ran twice or not at all"
         events = await runs.events(run_id)
-        unknown = [e for e in events if e["type"] == "ToolOutcomeUnknown"]
-        assert [e["tool_call_id"] for e in unknown] == ["call-mid"]
-        done = [
-            e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-mid"
-        ]
-        assert len(done) == 1 and "outcome unknown, not re-sent" in done[0]["content"]
+        unknown = [e["tool_call_id"] for e in events if e["type"] == "ToolOutcomeUnknown"]
+        assert unknown == case["unknown"]
+        done = [e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-w"]
+        assert len(done) == 1
+        assert ("outcome unknown, not re-sent" in done[0]["content"]) == bool(case["unknown"])
         replies = list((openflow_home / "runs" / run_id / "replies" / "work").iterdir())
-        assert len(replies) == 3, "a completed model turn ran again"
+        assert len(replies) == 2, "a completed model turn ran again"
         await Harness(client, task_queue, openflow_home).replay(run_id)
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+async def _poll_async(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        try:
+            if await predicate():
+                return
+        except Exception:  # noqa: BLE001 - the run may not have answered its first query yet
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout}s")
 
 
 async def test_server_restart_mid_run_completes(tmp_path: Path) -> None:

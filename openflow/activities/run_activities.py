@@ -272,7 +272,7 @@ class RunActivities:
                         "finalize": True,
                     },
                 )
-        reply = compact_reply(reply)
+        reply = compact_reply(self._priced(reply, request.model))
         reply_key = f"replies/{handoff_segment(inp.node_id)}/{handoff_segment(inp.call_id)}.json"
         items = reply_items(reply)
         await asyncio.to_thread(
@@ -290,6 +290,18 @@ class RunActivities:
             return {}
         found = profiles.get(inp.provider_id)
         return dict(found) if isinstance(found, dict) else {}
+
+    def _priced(self, reply: ModelReply, model: str) -> ModelReply:
+        """The reply with this turn's estimated cost (settings' `prices` override the table)."""
+        if reply.usage is None or reply.usage.cost_usd is not None:
+            return reply
+        from openflow.activities.providers.pricing import estimate_cost
+
+        settings = load_settings(self.home)
+        prices = dict(getattr(settings, "prices", None) or {})
+        cost = estimate_cost(reply.model or model, reply.usage, prices or None)
+        usage = reply.usage.model_copy(update={"cost_usd": cost})
+        return reply.model_copy(update={"usage": usage})
 
     def _resolve(self, run_id: str, item: Any) -> str:
         if isinstance(item, StoredItemRef):

@@ -219,6 +219,8 @@ class _Run(Turns):
             "read_calls": self.s.read_calls,
             "redundant_reads": self.s.redundant_reads,
             "tokens_in": self.s.tokens_in,
+            "tokens_out": self.s.tokens_out,
+            "estimated_cost_usd": self.s.cost_usd,
             "suggestions": [],
         }
         self.s.report = report

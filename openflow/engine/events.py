@@ -130,6 +130,8 @@ class RunReport(_Model):
     read_calls: int = 0
     redundant_reads: int = 0
     tokens_in: int = 0
+    tokens_out: int = 0
+    estimated_cost_usd: float | None = None
     suggestions: tuple[PostRunSuggestion, ...] = ()
     suggestions_error: str | None = None
 

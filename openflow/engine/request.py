@@ -85,6 +85,7 @@ class UsageReport(_Model):
     total_tokens: int = 0
     cached_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    cost_usd: float | None = None
 
 
 class ModelReply(_Model):

@@ -214,6 +214,8 @@ class RunSnapshot(_Model):
     review_enabled: bool = False
     report: dict[str, Any] | None = None
     tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None
     read_calls: int = 0
     redundant_reads: int = 0
     plan_source: str | None = None

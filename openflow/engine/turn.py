@@ -531,6 +531,9 @@ class Turns:
         if reply.usage is None:
             return
         self.s.tokens_in += reply.usage.prompt_tokens
+        self.s.tokens_out += reply.usage.completion_tokens
+        if reply.usage.cost_usd is not None:
+            self.s.cost_usd = round((self.s.cost_usd or 0.0) + reply.usage.cost_usd, 6)
         self.emit(
             "UsageReported",
             node_id=node_id,

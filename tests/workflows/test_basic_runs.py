@@ -272,3 +272,20 @@ async def test_unconfigured_model_fails_the_run_visibly(harness: Harness) -> Non
     assert "has no model configured" in (result.error or "")
     state = await harness.state(run_id)
     assert state["status"] == "failed"
+
+
+async def test_usage_and_estimated_cost_reach_the_report(harness: Harness) -> None:
+    harness.script({"a": [{"submit": {"summary": "ok"}}]})
+    settings = json.loads((harness.home / "settings.json").read_text())
+    settings["prices"] = {"test-model": {"input": 1000.0, "output": 2000.0}}
+    (harness.home / "settings.json").write_text(json.dumps(settings))
+    run_id = await harness.start(make_workflow([node("a")], []))
+    assert (await harness.result(run_id)).status == "completed"
+    state = await harness.state(run_id)
+    report = state["lastReport"]
+    assert report["tokens_in"] > 0 and report["tokens_out"] > 0
+    expected = (report["tokens_in"] * 1000.0 + report["tokens_out"] * 2000.0) / 1_000_000
+    assert report["estimated_cost_usd"] == pytest.approx(expected)
+    usage = [e for e in await harness.events(run_id) if e["type"] == "UsageReported"]
+    assert usage and usage[0]["usage"]["cost_usd"] == pytest.approx(expected)
+    assert state["contextWindowByNode"]["a"]["usedTokens"] == report["tokens_in"] + report["tokens_out"]

@@ -285,6 +285,8 @@ def test_report_sorts_outputs_by_node_id_and_stays_snake_case() -> None:
         "read_calls",
         "redundant_reads",
         "tokens_in",
+        "tokens_out",
+        "estimated_cost_usd",
         "suggestions",
         "suggestions_error",
     }

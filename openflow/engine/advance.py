@@ -16,7 +16,7 @@ from typing import Any, assert_never
 
 from openflow.engine import prompts
 from openflow.engine.classify import classify_failure
-from openflow.engine.graph import ancestors, parents, workflow_problems
+from openflow.engine.graph import workflow_problems
 from openflow.engine.policy import SEAL_TOOL
 from openflow.engine.spec import Workflow
 from openflow.engine.state import (
@@ -74,18 +74,18 @@ class _Run(Turns):
             depths: dict[str, int] = {}
             pending = sorted(self.by_id)
             while pending:
-                placed = [n for n in pending if all(p in depths for p in parents(self.wf, n))]
+                placed = [n for n in pending if all(p in depths for p in self.parents_of(n))]
                 if not placed:
                     break
                 for n in placed:
-                    depths[n] = 1 + max((depths[p] for p in parents(self.wf, n)), default=-1)
+                    depths[n] = 1 + max((depths[p] for p in self.parents_of(n)), default=-1)
                 pending = [n for n in pending if n not in depths]
             self._depths = depths
         return self._depths
 
     def ready(self, node_id: str) -> bool:
         if not all(
-            self.s.nodes[p].has_output for p in parents(self.wf, node_id) if p in self.s.nodes
+            self.s.nodes[p].has_output for p in self.parents_of(node_id) if p in self.s.nodes
         ):
             return False
         if not self.wf.settings.strict_layers:
@@ -97,7 +97,7 @@ class _Run(Turns):
         return all(ns.has_output for n, ns in self.s.nodes.items() if depths.get(n, mine) < mine)
 
     def blocked(self, node_id: str) -> bool:
-        ns = self.node(node_id)
+        ns = self.s.nodes[node_id]
         return (
             ns.has_output
             or ns.awaiting
@@ -233,7 +233,8 @@ class _Run(Turns):
         self.s.finished = True
         self.s.status = "failed"
         ids = [ns.in_flight.call_id for ns in self.s.nodes.values() if ns.in_flight is not None]
-        for ns in self.s.nodes.values():
+        for node_id_ in list(self.s.nodes):
+            ns = self.node(node_id_)
             ns.in_flight = None
             ns.pending_repair = None
             ns.backoff_until_ms = None
@@ -249,7 +250,8 @@ class _Run(Turns):
 
     def stop(self) -> None:
         ids: list[str] = []
-        for _, ns in sorted(self.s.nodes.items()):
+        for node_id in sorted(self.s.nodes):
+            ns = self.node(node_id)
             if ns.in_flight is not None:
                 ids.append(ns.in_flight.call_id)
                 ns.in_flight = None
@@ -306,9 +308,10 @@ class _Run(Turns):
 
     def take_call(self, call_id: str) -> tuple[str, NodeState, InFlightCall] | None:
         """The node whose in-flight call this is, with the call; None for a stale fact."""
-        for node_id, ns in sorted(self.s.nodes.items()):
-            call = ns.in_flight
+        for node_id, seen in sorted(self.s.nodes.items()):
+            call = seen.in_flight
             if call is not None and call.call_id == call_id and node_id in self.by_id:
+                ns = self.node(node_id)
                 ns.in_flight = None
                 return node_id, ns, call
         return None
@@ -440,7 +443,7 @@ class _Run(Turns):
 
     def count_read(self, node_id: str, path: str) -> None:
         self.s.read_calls += 1
-        for anc in ancestors(self.wf, node_id):
+        for anc in self.ancestors_of(node_id):
             an = self.s.nodes.get(anc)
             if an is not None and any(r.get("path") == path for r in an.reads):
                 self.s.redundant_reads += 1
@@ -661,7 +664,8 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
             run.on_tools_unknown(ToolsOutcomeUnknown(batch_id=batch_id))
         elif batch.in_flight:
             batch.in_flight = False
-    for node_id, ns in sorted(run.s.nodes.items()):
+    for node_id in sorted(run.s.nodes):
+        ns = run.node(node_id)
         ns.backoff_until_ms = None
         ns.pending_repair = None
         if ns.in_flight is not None:

@@ -7,6 +7,7 @@ submitted output is always validated against the node's schema here (spec 15.10)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Literal
@@ -97,17 +98,27 @@ def strip_markup(text: str) -> str:
     return _MARKUP.sub("", text).strip()
 
 
-def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
-    """The first validation problem of `value` against `schema`, or None (bad schemas pass)."""
+@functools.lru_cache(maxsize=512)
+def _validator(canonical: str) -> Any:
+    """A checked validator for one schema (by its canonical JSON), or None for a bad schema."""
+    schema = json.loads(canonical)
     try:
         cls = validators.validator_for(schema)
         cls.check_schema(schema)
     except SchemaError:
         return None
+    return cls(schema)
+
+
+def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
+    """The first validation problem of `value` against `schema`, or None (bad schemas pass)."""
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    if validator is None:
+        return None
     # A schema comes from the workflow file: one jsonschema cannot apply (say an unresolvable
     # $ref) passes like an invalid one instead of failing the run.
     try:
-        errors = sorted(cls(schema).iter_errors(value), key=lambda e: str(list(e.absolute_path)))
+        errors = sorted(validator.iter_errors(value), key=lambda e: str(list(e.absolute_path)))
     except Exception:
         return None
     if not errors:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
+import weakref
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -111,12 +112,28 @@ def _topology_of(shape: tuple[tuple[str, ...], tuple[tuple[str, str], ...]]) -> 
     return _Topology(shape)
 
 
+_recent: dict[int, tuple[weakref.ref[Workflow], int, int, _Topology]] = {}
+
+
 def _topology(wf: Workflow, node_id: str) -> _Topology:
-    shape = (
-        tuple(node.id for node in wf.nodes),
-        tuple((edge.from_, edge.to) for edge in wf.edges),
-    )
-    topology = _topology_of(shape)
+    """The workflow's topology; the same workflow object asks only once."""
+    known = _recent.get(id(wf))
+    if (
+        known is not None
+        and known[0]() is wf
+        and known[1] == len(wf.nodes)
+        and known[2] == len(wf.edges)
+    ):
+        topology = known[3]
+    else:
+        shape = (
+            tuple(node.id for node in wf.nodes),
+            tuple((edge.from_, edge.to) for edge in wf.edges),
+        )
+        topology = _topology_of(shape)
+        if len(_recent) > 256:
+            _recent.clear()
+        _recent[id(wf)] = (weakref.ref(wf), len(wf.nodes), len(wf.edges), topology)
     if node_id not in topology.parents:
         raise UnknownNodeError(node_id, wf.id)
     return topology

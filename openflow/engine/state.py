@@ -222,11 +222,15 @@ class RunSnapshot(_Model):
     packet: ChangeEvidencePacket | None = None
 
     def fork(self) -> RunSnapshot:
-        """A copy the reducer may change; the workflow definition is shared (never changed)."""
+        """A copy the reducer may change; the workflow definition is shared (never changed).
+
+        Node states are shared too: the reducer forks a node (`NodeState.fork`) before it
+        changes it, so a step costs what it touches, not the size of the workflow.
+        """
         return self.model_copy(
             update={
                 "tool_names": list(self.tool_names) if self.tool_names is not None else None,
-                "nodes": {node_id: ns.fork() for node_id, ns in self.nodes.items()},
+                "nodes": dict(self.nodes),
                 "batches": {
                     batch_id: batch.model_copy(update={"calls": list(batch.calls)})
                     for batch_id, batch in self.batches.items()

@@ -189,6 +189,22 @@ class Turns:
         self.intents: list[Intent] = []
         self.wf: Workflow = self.s.workflow
         self.by_id: dict[str, Node] = {n.id: n for n in self.wf.nodes}
+        self._parents: dict[str, list[str]] = {}
+        self._ancestors: dict[str, list[str]] = {}
+        self._forked: set[str] = set()
+
+    def parents_of(self, node_id: str) -> list[str]:
+        """Direct parents, looked up once per step (the workflow never changes in a run)."""
+        found = self._parents.get(node_id)
+        if found is None:
+            found = self._parents[node_id] = parents(self.wf, node_id)
+        return found
+
+    def ancestors_of(self, node_id: str) -> list[str]:
+        found = self._ancestors.get(node_id)
+        if found is None:
+            found = self._ancestors[node_id] = ancestors(self.wf, node_id)
+        return found
 
     # --- small helpers ------------------------------------------------------------------
 
@@ -222,6 +238,10 @@ class Turns:
         return node.label if node is not None else node_id
 
     def node(self, node_id: str) -> NodeState:
+        """The node's state, copied on first use in this step (nodes not touched are shared)."""
+        if node_id not in self._forked:
+            self.s.nodes[node_id] = self.s.nodes[node_id].fork()
+            self._forked.add(node_id)
         return self.s.nodes[node_id]
 
     def append(
@@ -355,7 +375,7 @@ class Turns:
 
     def node_input(self, node_id: str) -> dict[str, Any]:
         upstream: list[dict[str, Any]] = []
-        for parent in parents(self.wf, node_id):
+        for parent in self.parents_of(node_id):
             pn = self.s.nodes.get(parent)
             if pn is None or not pn.has_output:
                 continue
@@ -369,7 +389,7 @@ class Turns:
         data["upstream"] = upstream
         changed: dict[str, dict[str, Any]] = {}
         reads: list[dict[str, Any]] = []
-        for anc in ancestors(self.wf, node_id):
+        for anc in self.ancestors_of(node_id):
             an = self.s.nodes.get(anc)
             if an is None:
                 continue

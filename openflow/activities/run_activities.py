@@ -104,6 +104,9 @@ class RunActivities:
         self.env = dict(env if env is not None else os.environ)
         self._locks: dict[str, Any] = {}
         self._caches: dict[str, Any] = {}
+        self._files: dict[tuple[str, str], Any] = {}
+        self._catalogs: dict[str, dict[str, ToolSpec]] = {}
+        self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
         self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
 
     def all(self) -> list[Callable[..., Any]]:
@@ -284,9 +287,8 @@ class RunActivities:
         """The profile the run started with, as prepare_run stored it (keys never included)."""
         if inp.profile:
             return inp.profile
-        try:
-            profiles = json.loads(self.store.get_bytes(inp.run_id, PROFILES_KEY))
-        except FileNotFoundError:
+        profiles = self._run_file(inp.run_id, PROFILES_KEY)
+        if not isinstance(profiles, dict):
             return {}
         found = profiles.get(inp.provider_id)
         return dict(found) if isinstance(found, dict) else {}
@@ -297,7 +299,7 @@ class RunActivities:
             return reply
         from openflow.activities.providers.pricing import estimate_cost
 
-        settings = load_settings(self.home)
+        settings = self._settings()
         prices = dict(getattr(settings, "prices", None) or {})
         cost = estimate_cost(reply.model or model, reply.usage, prices or None)
         usage = reply.usage.model_copy(update={"cost_usd": cost})
@@ -312,12 +314,44 @@ class RunActivities:
     def _offered(self, run_id: str, names: tuple[str, ...]) -> list[ToolSpec]:
         if not names:
             return []
-        try:
-            catalog = json.loads(self.store.get_bytes(run_id, "catalog.json"))
-        except FileNotFoundError:
-            catalog = [s.model_dump(mode="json") for s in self._tool_specs_by_name().values()]
-        by_name = {spec["name"]: ToolSpec.model_validate(spec) for spec in catalog}
+        by_name = self._catalogs.get(run_id)
+        if by_name is None:
+            catalog = self._run_file(run_id, "catalog.json")
+            if not isinstance(catalog, list):
+                catalog = [s.model_dump(mode="json") for s in self._tool_specs_by_name().values()]
+            by_name = {spec["name"]: ToolSpec.model_validate(spec) for spec in catalog}
+            self._remember(self._catalogs, run_id, by_name)
         return [by_name[n] for n in names if n in by_name]
+
+    def _run_file(self, run_id: str, key: str) -> Any:
+        """A JSON file a run writes once at its start (profiles, catalog), read once a worker."""
+        cached = self._files.get((run_id, key))
+        if cached is not None:
+            return cached
+        try:
+            data = json.loads(self.store.get_bytes(run_id, key))
+        except FileNotFoundError:
+            return None
+        self._remember(self._files, (run_id, key), data)
+        return data
+
+    @staticmethod
+    def _remember(cache: dict[Any, Any], key: Any, value: Any, limit: int = 256) -> None:
+        if len(cache) >= limit:
+            cache.pop(next(iter(cache)))
+        cache[key] = value
+
+    def _settings(self) -> AppSettings:
+        """settings.json, parsed again only when the file changes."""
+        path = self.home / "settings.json"
+        try:
+            stat = path.stat()
+            stamp: tuple[int, int] = (stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            stamp = (0, 0)
+        if self._settings_cache is None or self._settings_cache[0] != stamp:
+            self._settings_cache = (stamp, load_settings(self.home))
+        return self._settings_cache[1]
 
     def _provider(self, provider_id: str, profile_data: dict[str, Any]) -> Any:
         if not profile_data:
@@ -338,7 +372,7 @@ class RunActivities:
                     message=f"provider {provider_id!r} ({profile.kind}) is not available on this worker",
                 )
             )
-        return self.provider_factory(provider_id, profile, load_settings(self.home))
+        return self.provider_factory(provider_id, profile, self._settings())
 
     # --- tool batches -------------------------------------------------------------------
 

@@ -82,8 +82,9 @@ class OpenFlowRun:
 
     def __init__(self) -> None:
         self._facts: list[Fact] = []
-        self._events: list[dict[str, Any]] = []
+        self._events: list[RunEvent] = []
         self._state: WorkflowRunState | None = None
+        self._projected = 0
         self._snapshot: RunSnapshot | None = None
         self._status = "running"
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -104,7 +105,7 @@ class OpenFlowRun:
     @workflow.run
     async def run(self, inp: c.RunInput) -> c.RunResult:
         self._input = inp
-        self._events = list(inp.events)
+        self._events = [_EVENT.validate_python(data) for data in inp.events]
         self._headers_sent = set(inp.headers_sent)
         self._state = initial_state(
             inp.workflow.id,
@@ -114,8 +115,6 @@ class OpenFlowRun:
             if inp.workflow.settings.plan_mode
             else None,
         )
-        for data in self._events:
-            self._state = apply_event(self._state, _EVENT.validate_python(data))
         now = self._now()
         plan: Plan
         if inp.snapshot is None:
@@ -196,10 +195,7 @@ class OpenFlowRun:
     def _apply(self, plan: Plan, carried: list[Intent]) -> None:
         self._snapshot = plan.snapshot
         self._status = plan.status
-        assert self._state is not None
-        for event in plan.events:
-            self._events.append(event.model_dump(mode="json"))
-            self._state = apply_event(self._state, event)
+        self._events.extend(plan.events)
         intents = [*carried, *plan.intents]
         if not plan.done and self._history_long() and not self._busy():
             self._deferred = [
@@ -474,7 +470,7 @@ class OpenFlowRun:
                 profiles=self._profiles,
                 active_provider=self._active_provider,
                 snapshot=self._snapshot,
-                events=self._events,
+                events=self._event_dicts(),
                 pending_intents=pending,
                 headers_sent=sorted(self._headers_sent),
                 execution_dir=self._execution_dir,
@@ -536,8 +532,7 @@ class OpenFlowRun:
 
     @workflow.query(name=c.QUERY_STATE)
     def state(self) -> dict[str, Any]:
-        assert self._state is not None
-        data = self._state.as_json()
+        data = self._projection().as_json()
         data["status"] = self._status
         return data
 
@@ -560,13 +555,24 @@ class OpenFlowRun:
         return {
             "input": base.model_dump(mode="json"),
             "snapshot": self._snapshot.model_dump(mode="json"),
-            "events": self._events,
+            "events": self._event_dicts(),
         }
 
     @workflow.query(name=c.QUERY_EVENTS)
     def events(self, query: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         after = int((query or {}).get("after", 0) or 0)
-        return [e for e in self._events if int(e.get("seq", 0)) > after]
+        return [e.model_dump(mode="json") for e in self._events if e.seq > after]
+
+    def _event_dicts(self) -> list[dict[str, Any]]:
+        return [e.model_dump(mode="json") for e in self._events]
+
+    def _projection(self) -> WorkflowRunState:
+        """The state projection, folded lazily: steps record events, queries project them."""
+        assert self._state is not None
+        while self._projected < len(self._events):
+            self._state = apply_event(self._state, self._events[self._projected])
+            self._projected += 1
+        return self._state
 
 
 def _fields(payload: dict[str, Any], *names: str) -> dict[str, Any]:

@@ -34,6 +34,32 @@ from openflow.server import EmbeddedServer, free_port
 from openflow.worker import build_worker
 
 
+def agent_node(node_id: str, **agent: Any) -> dict[str, Any]:
+    """A workflow node as JSON, like OpenFlow's test fixture: JSON handoff, `{summary}` output.
+
+    Keyword arguments override fields of the node's `agent` config (OpenFlow's keys).
+    """
+    config: dict[str, Any] = {
+        "system_prompt": "You are a test node.",
+        "task_prompt": f"Do {node_id}.",
+        "model": "test-model",
+        "output_schema": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"summary": {"type": "string"}},
+            "required": ["summary"],
+        },
+    }
+    config.update(agent)
+    return {
+        "id": node_id,
+        "label": node_id.title(),
+        "kind": "agent",
+        "position": {"x": 0, "y": 0},
+        "agent": config,
+    }
+
+
 class HeadlessError(Exception):
     """The run needed something the test did not script (MissingManualInput and friends)."""
 
@@ -202,4 +228,11 @@ class LocalRuns:
         return await drive(runs, run_id, inputs, approvals, timeout=timeout)
 
 
-__all__ = ["HeadlessError", "LocalRuns", "RunOutcome", "drive", "write_scripted_settings"]
+__all__ = [
+    "agent_node",
+    "HeadlessError",
+    "LocalRuns",
+    "RunOutcome",
+    "drive",
+    "write_scripted_settings",
+]

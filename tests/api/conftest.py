@@ -21,34 +21,14 @@ from temporalio.worker import Worker
 from openflow.api import create_app
 from openflow.live import FileLiveChannel
 from openflow.server import free_port
-from openflow.testing import write_scripted_settings
+from openflow.testing import agent_node, write_scripted_settings
 from openflow.worker import build_worker
 
 KEY_A = "key-of-tenant-a-0123456789"
 KEY_B = "key-of-tenant-b-9876543210"
 
 
-def node(node_id: str, **agent: Any) -> dict[str, Any]:
-    """A workflow node with a JSON handoff and the `{summary}` schema."""
-    config: dict[str, Any] = {
-        "system_prompt": "You are a test node.",
-        "task_prompt": f"Do {node_id}.",
-        "model": "test-model",
-        "output_schema": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {"summary": {"type": "string"}},
-            "required": ["summary"],
-        },
-    }
-    config.update(agent)
-    return {
-        "id": node_id,
-        "label": node_id.title(),
-        "kind": "agent",
-        "position": {"x": 0, "y": 0},
-        "agent": config,
-    }
+node = agent_node
 
 
 def workflow_json(

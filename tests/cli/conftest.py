@@ -15,6 +15,7 @@ import pytest_asyncio
 from temporalio.client import Client
 
 from openflow.client import Runs
+from openflow.testing import agent_node
 from openflow.worker import build_worker
 
 PROVIDER_KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
@@ -84,27 +85,7 @@ def write_workflow(folder: Path, workflow: dict[str, Any]) -> Path:
     return path
 
 
-def node(node_id: str, **agent: Any) -> dict[str, Any]:
-    """An agent node with a `{summary}` output."""
-    config: dict[str, Any] = {
-        "system_prompt": "You are a test node.",
-        "task_prompt": f"Do {node_id}.",
-        "model": "test-model",
-        "output_schema": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {"summary": {"type": "string"}},
-            "required": ["summary"],
-        },
-    }
-    config.update(agent)
-    return {
-        "id": node_id,
-        "label": node_id.title(),
-        "kind": "agent",
-        "position": {"x": 0, "y": 0},
-        "agent": config,
-    }
+node = agent_node
 
 
 def workflow(workflow_id: str, *nodes: dict[str, Any]) -> dict[str, Any]:

@@ -15,34 +15,14 @@ from temporalio.worker import Replayer
 from openflow.client import Runs
 from openflow.contracts import RunResult
 from openflow.engine.spec import Workflow
-from openflow.testing import write_scripted_settings
+from openflow.testing import agent_node, write_scripted_settings
 from openflow.worker import build_worker, sandbox_runner
 from openflow.workflows.run import OpenFlowRun
 
 COMPAT = Path(__file__).resolve().parents[3] / "shared" / "compat"
 
 
-def node(node_id: str, **agent: Any) -> dict[str, Any]:
-    """A workflow node like OpenFlow's test fixture: json handoff, `{summary}` schema."""
-    base: dict[str, Any] = {
-        "system_prompt": "You are a test node.",
-        "task_prompt": f"Do {node_id}.",
-        "model": "test-model",
-        "output_schema": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {"summary": {"type": "string"}},
-            "required": ["summary"],
-        },
-    }
-    base.update(agent)
-    return {
-        "id": node_id,
-        "label": node_id.title(),
-        "kind": "agent",
-        "position": {"x": 0, "y": 0},
-        "agent": base,
-    }
+node = agent_node
 
 
 def make_workflow(

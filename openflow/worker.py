@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -101,16 +100,6 @@ async def connect(address: str, namespace: str = "default") -> Client:
     return await Client.connect(
         address, namespace=namespace, data_converter=pydantic_data_converter
     )
-
-
-def worker_home() -> Path:
-    from openflow.paths import openflow_home
-
-    return openflow_home()
-
-
-def env_without_secrets() -> dict[str, str]:
-    return dict(os.environ)
 
 
 __all__ = ["FAILURE_TYPES", "build_worker", "connect", "make_activities", "sandbox_runner"]

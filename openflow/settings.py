@@ -11,7 +11,6 @@ Errors:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from openflow.paths import openflow_home
 
 ProviderKind = Literal["openai", "chat_completions", "anthropic", "bedrock", "scripted"]
 Transport = Literal["responses", "chat_completions", "anthropic_messages"]
@@ -333,13 +334,6 @@ class RuntimeSettings(BaseSettings):
     namespace: str = "default"
     task_queue: str = "openflow"
     script: Path | None = None
-
-
-def openflow_home(env: Mapping[str, str] | None = None) -> Path:
-    """`$OPENFLOW_HOME`, defaulting to `~/.openflow`."""
-    source = os.environ if env is None else env
-    value = source.get("OPENFLOW_HOME", "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".openflow"
 
 
 __all__ = [

@@ -68,9 +68,11 @@ async def heartbeating(work: Awaitable[T], every_s: float = HEARTBEAT_EVERY_S) -
     """Await `work` while heartbeating, so a dead worker is noticed and cancels arrive."""
 
     async def beat() -> None:
+        # The heartbeat timeout counts from the start, so a short call never needs a heartbeat
+        # (one RPC saved per turn); a long one beats every `every_s` seconds.
         while True:
-            activity.heartbeat()
             await asyncio.sleep(every_s)
+            activity.heartbeat()
 
     beater = asyncio.create_task(beat())
     try:

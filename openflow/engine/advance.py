@@ -18,7 +18,7 @@ from openflow.engine import prompts
 from openflow.engine.classify import classify_failure
 from openflow.engine.graph import workflow_problems
 from openflow.engine.policy import SEAL_TOOL
-from openflow.engine.spec import Workflow
+from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.state import (
     ApprovalDecided,
     Awaiting,
@@ -41,15 +41,16 @@ from openflow.engine.state import (
     RunStatus,
     RunTools,
     StoredItemRef,
+    SubagentRecord,
     TimerFired,
     ToolsFinished,
     ToolsOutcomeUnknown,
     WriteHandoff,
 )
+from openflow.engine.subagents import Subagents, snapshot_agents
 from openflow.engine.transcript import UserItem
 from openflow.engine.turn import (
     MAX_MODEL_ATTEMPT,
-    Turns,
     backoff_delay_ms,
     error_text,
     jitter_ms,
@@ -61,7 +62,7 @@ from openflow.engine.turn import (
 Action = InputGiven | ApprovalDecided | RetryRequested | MessageSent
 
 
-class _Run(Turns):
+class _Run(Subagents):
     """The working copy plus scheduling, tool results, people's actions and run endings."""
 
     _depths: dict[str, int] | None = None
@@ -106,6 +107,7 @@ class _Run(Turns):
             or ns.interrupted
             or ns.failed is not None
             or ns.backoff_until_ms is not None
+            or ns.child is not None
             or bool(self.node_batches(node_id))
         )
 
@@ -123,6 +125,7 @@ class _Run(Turns):
             label = self.label(node_id)
             self.emit("NodeQueued", node_id=node_id, label=label, model_attempt=attempt)
             self.emit("NodeStarted", node_id=node_id, label=label, model_attempt=attempt)
+        self.announce_subagents(node_id)
         ns.turn_seq += 1
         call_id = self.new_id(f"model:{node_id}")
         ns.in_flight = InFlightCall(call_id=call_id, model_attempt=attempt)
@@ -137,11 +140,19 @@ class _Run(Turns):
         )
 
     def dispatch_batch(self, batch: PendingBatch) -> None:
+        if self.runtime_batch(batch):
+            segment = self.step_runtime_batch(batch)
+            if segment is None:
+                return
+            batch = segment
         batch.in_flight = True
+        child = self.s.nodes[batch.node_id].child if batch.subagent_id is not None else None
+        worker = batch.subagent_id or batch.node_id
+        attempt = child.model_attempt if child is not None else None
         for call in batch.calls:
             self.emit(
                 "ToolStarted",
-                node_id=batch.node_id,
+                node_id=worker,
                 tool_call_id=call.id,
                 tool_name=call.name,
                 arguments=shown_call(call)["arguments"],
@@ -149,10 +160,10 @@ class _Run(Turns):
         self.intents.append(
             RunTools(
                 batch_id=batch.batch_id,
-                node_id=batch.node_id,
+                node_id=worker,
                 calls=tuple(batch.calls),
                 side_effects=batch.side_effects,
-                model_attempt=self.node(batch.node_id).model_attempt,
+                model_attempt=attempt or self.node(batch.node_id).model_attempt,
             )
         )
 
@@ -166,9 +177,14 @@ class _Run(Turns):
             self.fail_run()
             return
         for batch_id in sorted(self.s.batches):
-            batch = self.s.batches[batch_id]
-            if not batch.in_flight and not batch.requires_approval:
+            batch = self.s.batches.get(batch_id)
+            if batch is None or batch.in_flight or batch.requires_approval:
+                continue
+            if not self.batch_waits(batch):
                 self.dispatch_batch(batch)
+        for node_id in sorted(self.s.nodes):
+            if node_id in self.by_id and not self.child_blocked(node_id):
+                self.dispatch_child(node_id)
         for node in sorted(self.wf.nodes, key=lambda n: n.id):
             if node.id not in self.s.nodes:
                 continue
@@ -196,6 +212,7 @@ class _Run(Turns):
             ns.in_flight is not None
             or ns.handoff_job is not None
             or ns.backoff_until_ms is not None
+            or ns.child is not None
             for ns in self.s.nodes.values()
         ) or any(b.in_flight for b in self.s.batches.values())
 
@@ -233,6 +250,9 @@ class _Run(Turns):
         self.s.finished = True
         self.s.status = "failed"
         ids = [ns.in_flight.call_id for ns in self.s.nodes.values() if ns.in_flight is not None]
+        for node_id_ in sorted(self.s.nodes):
+            if self.s.nodes[node_id_].child is not None:
+                ids += self.abort_child(node_id_)
         for node_id_ in list(self.s.nodes):
             ns = self.node(node_id_)
             ns.in_flight = None
@@ -252,6 +272,9 @@ class _Run(Turns):
         ids: list[str] = []
         for node_id in sorted(self.s.nodes):
             ns = self.node(node_id)
+            if ns.child is not None:
+                ids += self.abort_child(node_id)
+                ns.interrupted = True
             if ns.in_flight is not None:
                 ids.append(ns.in_flight.call_id)
                 ns.in_flight = None
@@ -295,6 +318,8 @@ class _Run(Turns):
             else:
                 self.on_action(fact)
         elif isinstance(fact, TimerFired):
+            if self.child_timer_fired(fact.node_id):
+                return
             if fact.node_id in self.s.nodes:
                 self.node(fact.node_id).backoff_until_ms = None
         elif isinstance(fact, CancelRequested):
@@ -317,6 +342,10 @@ class _Run(Turns):
         return None
 
     def on_model_replied(self, fact: ModelReplied) -> None:
+        parent = self.take_child_call(fact.call_id)
+        if parent is not None:
+            self.on_child_replied(parent, fact)
+            return
         taken = self.take_call(fact.call_id)
         if taken is None:
             return
@@ -330,6 +359,10 @@ class _Run(Turns):
         self.on_reply(node_id, fact.reply, fact.reply_key)
 
     def on_model_failed(self, fact: ModelFailed) -> None:
+        parent = self.take_child_call(fact.call_id)
+        if parent is not None:
+            self.on_child_failed(parent, fact)
+            return
         taken = self.take_call(fact.call_id)
         if taken is None:
             return
@@ -408,6 +441,9 @@ class _Run(Turns):
         if batch is None or not batch.in_flight:
             return
         self.s.batches.pop(fact.batch_id)
+        if batch.subagent_id is not None:
+            self.on_child_tools(batch, fact)
+            return
         node_id = batch.node_id
         ns = self.node(node_id)
         for event in fact.events:
@@ -454,6 +490,9 @@ class _Run(Turns):
         if batch is None or not batch.in_flight:
             return
         self.s.batches.pop(fact.batch_id)
+        if batch.subagent_id is not None:
+            self.on_child_tools_unknown(batch)
+            return
         for call in batch.calls:
             self.emit(
                 "ToolOutcomeUnknown",
@@ -562,8 +601,10 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
     source = snapshot.planning and action.node_id == snapshot.plan_source
     if not (node.agent.request_user_input or node.agent.conversation_mode or source):
         return f"live messages are disabled for node {action.node_id!r} (requestUserInput is off)"
-    live = ns.in_flight is not None or any(
-        b.node_id == action.node_id for b in snapshot.batches.values()
+    live = (
+        ns.in_flight is not None
+        or ns.child is not None
+        or any(b.node_id == action.node_id for b in snapshot.batches.values())
     )
     if not live:
         return f"node {action.node_id!r} is not active"
@@ -591,12 +632,15 @@ def start(
     project_root: str | None = None,
     tool_names: Iterable[str] | None = None,
     warnings: Iterable[str] = (),
+    agents: Iterable[CallableAgent] = (),
 ) -> Plan:
     """A new run's first plan: the initial snapshot and its first model calls.
 
     An invalid workflow ends the run at once with every problem named; `warnings` (servers
-    skipped at start and the like) become non-fatal `Error` events.
+    skipped at start and the like) become non-fatal `Error` events. `agents` are the saved
+    agents (`agents.json`); the run keeps the ones its nodes may call (spec 6).
     """
+    kept = snapshot_agents(workflow, list(agents))
     plan_mode = workflow.settings.plan_mode
     source = plan_mode.evidence_source_node_id if plan_mode is not None else None
     snapshot = RunSnapshot(
@@ -608,6 +652,8 @@ def start(
         tool_names=sorted(tool_names) if tool_names is not None else None,
         nodes={n.id: NodeState() for n in sorted(workflow.nodes, key=lambda n: n.id)},
         plan_source=source if source is not None and workflow.find_node(source) else None,
+        agents=kept,
+        subagents={a.id: SubagentRecord(id=a.id, name=a.name, purpose=a.purpose) for a in kept},
     )
     run = _Run(snapshot, now_ms)
     run.emit(
@@ -644,7 +690,9 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
 
     Work that was in flight when the snapshot was taken is settled first: model calls are
     retried, read-only tool batches are sent again, and side-effecting batches are settled as
-    outcome unknown (never re-sent). A frozen change evidence packet that no longer matches its
+    outcome unknown (never re-sent). A running subagent is ended as interrupted (its parent's
+    call gets the interrupted result) and the parent is retried; it may call the subagent
+    again, from scratch. A frozen change evidence packet that no longer matches its
     hash or its pinned source fails the run instead of feeding later nodes.
     """
     run = _Run(snapshot, now_ms)
@@ -659,6 +707,10 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
     problem = packet.problem(run.s.plan_source) if packet is not None else None
     if problem is not None:
         run.terminal(run.s.plan_source or "", f"cannot resume: {problem}")
+    for node_id in sorted(run.s.nodes):
+        if run.s.nodes[node_id].child is not None and node_id in run.by_id:
+            run.abort_child(node_id)
+            run.node(node_id).interrupted = True
     for batch_id, batch in sorted(run.s.batches.items()):
         if batch.in_flight and batch.side_effects:
             run.on_tools_unknown(ToolsOutcomeUnknown(batch_id=batch_id))

@@ -13,7 +13,10 @@ Concurrency = Literal["shared", "exclusive", "node_exclusive"]
 READ_TIER_TOOLS = frozenset(
     {"read", "ls", "search", "find", "ast_grep", "web_search", "openflow_update_todo_list"}
 )
-SHARED_TOOLS = READ_TIER_TOOLS | {"openflow_declare_subagents", "openflow_call_subagent"}
+DECLARE_SUBAGENTS = "openflow_declare_subagents"
+CALL_SUBAGENT = "openflow_call_subagent"
+RUNTIME_TOOLS = (DECLARE_SUBAGENTS, CALL_SUBAGENT)
+SHARED_TOOLS = READ_TIER_TOOLS | set(RUNTIME_TOOLS)
 HARNESS_SUBMIT = "openflow_submit_node_output"
 HARNESS_REQUEST_INPUT = "openflow_request_user_input"
 HARNESS_ASK_QUESTION = "openflow_ask_user_question"
@@ -188,6 +191,8 @@ def batch_has_side_effects(names: list[str], arguments: list[dict[str, Any]]) ->
 
 
 __all__ = [
+    "CALL_SUBAGENT",
+    "DECLARE_SUBAGENTS",
     "NON_SOURCE_PLAN_REASON",
     "PLAN_MUTATORS",
     "PLAN_URI",
@@ -197,6 +202,7 @@ __all__ = [
     "HARNESS_SUBMIT",
     "HARNESS_TOOLS",
     "READ_TIER_TOOLS",
+    "RUNTIME_TOOLS",
     "SEAL_TOOL",
     "Concurrency",
     "Decision",

@@ -224,3 +224,90 @@ def denial_result(reason: str | None, by_user: bool = True) -> str:
     head = "Tool call denied by the user." if by_user else "Tool call denied by policy."
     tail = f" Reason: {reason}." if reason else ""
     return head + tail + " Do not retry this exact call; adjust your approach or ask the user."
+
+
+# --- subagents (spec 6) ---------------------------------------------------------------------
+
+SUBAGENT_BUILTIN_REFUSED = '{"error":"Subagent cannot invoke runtime builtin tools."}'
+SUBAGENTS_DECLARED_MESSAGE = "Subagents declared and ready for invocation."
+SUBAGENT_INTERRUPTED = "interrupted by user"
+SUBAGENT_NARRATION_FAILURE = (
+    "subagent produced {cap} consecutive turns without a tool call while user input is disabled"
+)
+DECLARE_SUBAGENTS_DESCRIPTION = (
+    "Declare ad-hoc subagents for this node: each gets a name and a one-line purpose, and an "
+    "id you pass to `openflow_call_subagent`. Declaring runs nothing."
+)
+CALL_SUBAGENT_DESCRIPTION = (
+    "Hand a self-contained task to a subagent and wait for its structured output. `input` is "
+    "the whole task: the subagent sees nothing else of this conversation. Call subagents one "
+    "at a time."
+)
+DECLARE_SHAPE_HINT = (
+    'expected {"subagents": [{"name": "<short name>", "purpose": "<one line>"}]} with no other keys'
+)
+
+
+def call_subagent_description(available: list[tuple[str, str]]) -> str:
+    """The call tool's description, listing `(name, id)` of the subagents a node may call."""
+    if not available:
+        return CALL_SUBAGENT_DESCRIPTION
+    lines = "\n".join(f"- {name} (id: {sid})" for name, sid in available)
+    return f"{CALL_SUBAGENT_DESCRIPTION}\n\nAvailable subagents for this node:\n{lines}"
+
+
+def subagent_system_message(base: str, shared_context: str) -> str:
+    """A subagent's one system message: its own prompt, then the workflow's shared context."""
+    parts = [p for p in (base.strip(),) if p]
+    if shared_context.strip():
+        parts.append(f"--- Workflow context ---\n{shared_context.strip()}")
+    return "\n\n".join(parts)
+
+
+def adhoc_subagent_system(name: str, purpose: str) -> str:
+    return f"You are {name}. {purpose}"
+
+
+def saved_subagent_first_message(name: str, task: str) -> str:
+    return f'You are the saved agent "{name}".\n\nTask: {task}'
+
+
+def adhoc_subagent_first_message(name: str, purpose: str, task: str) -> str:
+    return f'You are a subagent named "{name}" with the purpose: "{purpose}"\n\nTask: {task}'
+
+
+def subagent_not_found(subagent_id: str) -> str:
+    return f"Subagent '{subagent_id}' not found. Declare subagents before invoking them."
+
+
+def subagent_not_callable(subagent_id: str, status: str) -> str:
+    return (
+        f"Subagent '{subagent_id}' is {status}; only declared or completed subagents can be "
+        "invoked. Declare a new subagent or do the work yourself."
+    )
+
+
+def subagent_completed(name: str, output: Any) -> str:
+    return json.dumps(
+        {"output": output, "message": f"Subagent '{name}' completed."},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def subagent_failed(name: str, error: str) -> str:
+    return json.dumps(
+        {"error": f"Subagent '{name}' failed: {error}"}, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def subagents_declared(declared: list[dict[str, str]]) -> str:
+    return json.dumps(
+        {"declared": declared, "message": SUBAGENTS_DECLARED_MESSAGE},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def invalid_subagent_args(tool: str, problem: str, hint: str) -> str:
+    return f"[invalid_args] {tool}: {problem} — {hint}"

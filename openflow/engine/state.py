@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from openflow.engine.events import RunEvent
+from openflow.engine.events import RunEvent, SubagentStatus
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
-from openflow.engine.spec import Workflow
+from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.transcript import ToolCall, TranscriptItem
 
 RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
@@ -70,7 +70,66 @@ class Counters(_Model):
 class InFlightCall(_Model):
     call_id: str
     model_attempt: int
-    kind: Literal["node", "repair", "review"] = "node"
+    kind: Literal["node", "repair", "review", "subagent"] = "node"
+
+
+class SubagentRecord(_Frozen):
+    """A subagent of the run: a saved agent from the snapshot, or one a node declared.
+
+    Ids are run-wide: a saved agent keeps its id, a declared one is `{node_id}-subagent-{n}`
+    and `owner` names the node that declared it. `calls_done` counts the settled model calls
+    of every invocation (the scripted provider's turn index).
+    """
+
+    id: str
+    name: str
+    purpose: str = ""
+    owner: str | None = None
+    status: SubagentStatus = "declared"
+    calls_done: int = 0
+
+
+class ChildRun(_Model):
+    """One invocation of a subagent: the child conversation its parent node waits on."""
+
+    subagent_id: str
+    call: ToolCall
+    task: str = ""
+    prior_status: SubagentStatus = "declared"
+    transcript: list[TranscriptItem] = Field(default_factory=list)
+    origins: list[StoredItemRef | None] = Field(default_factory=list)
+    persisted_len: int = 0
+    in_flight: InFlightCall | None = None
+    retries: int = 0
+    transient_streak: int = 0
+    auto_continue: int = 0
+    backoff_until_ms: int | None = None
+    announced_attempt: int = 0
+
+    @property
+    def model_attempt(self) -> int:
+        """1-based attempt number of this invocation, saturating at 255."""
+        return min(self.retries + 1, 255)
+
+    @property
+    def timer_key(self) -> str:
+        """The key of this invocation's backoff timer (`SleepUntil.node_id`, `TimerFired`)."""
+        return child_timer_key(self.subagent_id)
+
+    def fork(self) -> ChildRun:
+        """A copy the reducer may change (transcript items are frozen and shared)."""
+        return self.model_copy(
+            update={
+                "transcript": list(self.transcript),
+                "origins": list(self.origins),
+                "in_flight": self.in_flight.model_copy() if self.in_flight is not None else None,
+            }
+        )
+
+
+def child_timer_key(subagent_id: str) -> str:
+    """A timer key no node id of a workflow is expected to take."""
+    return f"subagent:{subagent_id}"
 
 
 class NodeState(_Model):
@@ -103,6 +162,8 @@ class NodeState(_Model):
     pending_repair: dict[str, Any] | None = None
     runtime_patch: dict[str, Any] = Field(default_factory=dict)
     repairs_done: int = 0
+    child: ChildRun | None = None
+    subagents_announced: bool = False
 
     @property
     def model_attempt(self) -> int:
@@ -133,6 +194,7 @@ class NodeState(_Model):
                 if self.pending_repair is not None
                 else None,
                 "runtime_patch": dict(self.runtime_patch),
+                "child": self.child.fork() if self.child is not None else None,
             }
         )
 
@@ -147,6 +209,7 @@ class PendingBatch(_Model):
     side_effects: bool
     in_flight: bool = False
     approval_announced: bool = False
+    subagent_id: str | None = None
 
 
 # --- plan mode ----------------------------------------------------------------------------
@@ -220,6 +283,8 @@ class RunSnapshot(_Model):
     redundant_reads: int = 0
     plan_source: str | None = None
     packet: ChangeEvidencePacket | None = None
+    agents: list[CallableAgent] = Field(default_factory=list)
+    subagents: dict[str, SubagentRecord] = Field(default_factory=dict)
 
     def fork(self) -> RunSnapshot:
         """A copy the reducer may change; the workflow definition is shared (never changed).
@@ -236,6 +301,7 @@ class RunSnapshot(_Model):
                     for batch_id, batch in self.batches.items()
                 },
                 "report": dict(self.report) if self.report is not None else None,
+                "subagents": dict(self.subagents),
             }
         )
 
@@ -375,7 +441,7 @@ class CallModel(_Frozen):
     model_attempt: int
     request: AgentRequest
     delta: TranscriptDelta
-    purpose: Literal["node", "repair", "review"] = "node"
+    purpose: Literal["node", "repair", "review", "subagent"] = "node"
 
 
 class RunTools(_Frozen):
@@ -444,6 +510,7 @@ __all__ = [
     "CancelWork",
     "CatalogFrozen",
     "ChangeEvidencePacket",
+    "ChildRun",
     "Counters",
     "DeltaItem",
     "Fact",
@@ -464,6 +531,7 @@ __all__ = [
     "RunTools",
     "SleepUntil",
     "StoredItemRef",
+    "SubagentRecord",
     "TimerFired",
     "ToolResultSummary",
     "ToolsFinished",
@@ -471,4 +539,5 @@ __all__ = [
     "TranscriptDelta",
     "WriteHandoff",
     "canonical_sha256",
+    "child_timer_key",
 ]

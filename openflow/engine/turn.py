@@ -294,12 +294,17 @@ class Turns:
             self.s.terminal_node = node_id
 
     def close_dangling(self, node_id: str, content: str) -> None:
-        """Give every tool call of the node without a result an error result (spec 5.5)."""
+        """Give every tool call of the node without a result an error result (spec 5.5).
+
+        Calls still queued and the call a running subagent answers are not dangling.
+        """
         ns = self.node(node_id)
         answered = {
             item.result.tool_call_id for item in ns.transcript if isinstance(item, ToolResultItem)
         }
         pending = {c.id for b in self.node_batches(node_id) for c in b.calls}
+        if ns.child is not None:
+            pending.add(ns.child.call.id)
         open_calls = [
             item.call
             for item in ns.transcript

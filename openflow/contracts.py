@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
-from openflow.engine.spec import Workflow
+from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.state import (
     Intent,
     RunSnapshot,
@@ -84,6 +84,8 @@ class PrepareInput(_Model):
 class PrepareResult(_Model):
     """The workflow as the run will see it, its providers' kinds, the tools it offers.
 
+    `agents` are the saved agents (agents.json) its nodes may call, snapshotted for the run.
+
     The profiles themselves (without keys) are kept in the run store, not in history.
     """
 
@@ -93,6 +95,7 @@ class PrepareResult(_Model):
     tool_names: list[str]
     execution_dir: str
     warnings: list[str] = Field(default_factory=list)
+    agents: list[CallableAgent] = Field(default_factory=list)
 
 
 class ModelTurnInput(_Model):

@@ -25,11 +25,15 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
 from openflow.activities.store import RunStore
 from openflow.engine.advance import reply_items
+from openflow.engine.errors import WorkflowFormatError
 from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
+from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
 from openflow.engine.state import StoredItemRef
+from openflow.engine.subagents import snapshot_agents
 from openflow.engine.transcript import ToolResultItem, TranscriptItem
 from openflow.live import LiveChannel
+from openflow.paths import agents_path
 from openflow.settings import AppSettings, ProviderProfile, load_settings
 
 log = logging.getLogger(__name__)
@@ -189,7 +193,22 @@ class RunActivities:
             tool_names=tool_names,
             execution_dir=execution_dir,
             warnings=warnings,
+            agents=self._callable_agents(wf),
         )
+
+    def _callable_agents(self, wf: Workflow) -> list[CallableAgent]:
+        """The saved agents the workflow's nodes may call, read from agents.json (spec 6)."""
+        if not any(n.agent.callable_agents or n.agent.allow_all_callable_agents for n in wf.nodes):
+            return []
+        path = agents_path(self.home)
+        try:
+            saved = AgentsFile.load_json(path.read_bytes()).agents
+        except FileNotFoundError:
+            return []
+        except WorkflowFormatError as exc:
+            raise_app(f"{path} cannot be read: {exc}; fix or remove the file")
+            return []
+        return snapshot_agents(wf, saved)
 
     def _check_credentials(
         self, provider_id: str, profile: ProviderProfile, settings: AppSettings

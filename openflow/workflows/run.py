@@ -143,6 +143,7 @@ class OpenFlowRun:
                 project_root=inp.project_dir,
                 tool_names=prepared.tool_names,
                 warnings=prepared.warnings,
+                agents=prepared.agents,
             )
         else:
             self._profiles = inp.profiles or {}

@@ -74,12 +74,7 @@ class InFlightCall(_Model):
 
 
 class SubagentRecord(_Frozen):
-    """A subagent of the run: a saved agent from the snapshot, or one a node declared.
-
-    Ids are run-wide: a saved agent keeps its id, a declared one is `{node_id}-subagent-{n}`
-    and `owner` names the node that declared it. `calls_done` counts the settled model calls
-    of every invocation (the scripted provider's turn index).
-    """
+    """A saved agent of the snapshot, or one `owner` declared; `calls_done` spans invocations."""
 
     id: str
     name: str

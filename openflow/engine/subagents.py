@@ -40,6 +40,7 @@ from openflow.engine.classify import (
     classify_failure,
     classify_reply,
 )
+from openflow.engine.errors import EngineError
 from openflow.engine.events import SubagentStatus, SubagentSummary
 from openflow.engine.harness import DEFAULT_OUTPUT_SCHEMA, cache_key_for, harness_tool_specs
 from openflow.engine.policy import (
@@ -79,6 +80,7 @@ from openflow.engine.transcript import (
 )
 from openflow.engine.turn import (
     MAX_MODEL_ATTEMPT,
+    Keep,
     Turns,
     backoff_delay_ms,
     error_text,
@@ -116,10 +118,7 @@ _CALL_PARAMETERS: dict[str, Any] = {
 
 
 def snapshot_agents(workflow: Workflow, agents: list[CallableAgent]) -> list[CallableAgent]:
-    """The saved agents a run keeps (spec 6): the ones nodes name, or all when a node allows all.
-
-    Ids nobody saved are skipped; the first agent with an id wins.
-    """
+    """The saved agents a run keeps (spec 6): those nodes name (or all), first of an id wins."""
     if any(node.agent.allow_all_callable_agents for node in workflow.nodes):
         chosen = list(agents)
     else:
@@ -202,11 +201,7 @@ class Subagents(Turns):
         return names
 
     def build_request(self, node_id: str) -> AgentRequest | None:
-        """The node's request; the runtime tools' specs ride with the harness tools.
-
-        Their description depends on the node's subagents, so the engine builds them instead
-        of the run's frozen catalog.
-        """
+        """The node's request, the runtime tools riding with the harness tools (per-node text)."""
         request = super().build_request(node_id)
         if request is None or not self.offers_runtime(node_id):
             return request
@@ -242,12 +237,7 @@ class Subagents(Turns):
         )
 
     def step_runtime_batch(self, batch: PendingBatch) -> PendingBatch | None:
-        """Run a batch's calls in order up to the next one that must wait.
-
-        Runtime calls are answered here (a call that starts a child stops the walk); a run of
-        executable calls is split off as its own batch and returned for dispatch. What is left
-        stays queued under the batch's id until then.
-        """
+        """Answer runtime calls in order; split off the next executable run as a batch to send."""
         node_id = batch.node_id
         segment: PendingBatch | None = None
         while batch.calls:
@@ -357,8 +347,10 @@ class Subagents(Turns):
     # --- the child's model calls --------------------------------------------------------
 
     def child_of(self, node_id: str) -> ChildRun:
+        """The node's running child, copied for this step (callers know there is one)."""
         child = self.node(node_id).child
-        assert child is not None, f"node {node_id!r} has no running subagent"
+        if child is None:
+            raise EngineError(f"node {node_id!r} has no running subagent to update")
         return child
 
     def child_name(self, child: ChildRun) -> str:
@@ -564,7 +556,7 @@ class Subagents(Turns):
         node_id: str,
         outcome: ToolCalls,
         mode: str,
-        keep: Any,
+        keep: Keep,
     ) -> None:
         """Queue the child's calls without approval; refuse what a subagent may not run."""
         child = self.child_of(node_id)
@@ -668,7 +660,7 @@ class Subagents(Turns):
             output_meta=output_meta,
         )
 
-    def on_child_text(self, node_id: str, text: str, keep: Any) -> None:
+    def on_child_text(self, node_id: str, text: str, keep: Keep) -> None:
         """A text-only or input-request turn: the autonomous nudge, failing at the cap."""
         child = self.child_of(node_id)
         child.transient_streak = 0
@@ -829,11 +821,7 @@ class Subagents(Turns):
         self.add_result(node_id, child.call, prompts.subagent_failed(name, error), is_error=True)
 
     def abort_child(self, node_id: str) -> list[str]:
-        """End a running child without a verdict (stop, interrupt, resume); its work ids.
-
-        The parent's call gets the interrupted result and the subagent keeps the status it had
-        before the call, so it can be called again.
-        """
+        """End a running child as interrupted (callable again); the ids of its work to cancel."""
         ns = self.node(node_id)
         child = ns.child
         if child is None:

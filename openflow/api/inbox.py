@@ -150,8 +150,14 @@ def pending_items(
                 ],
             )
         )
+    subagents = {
+        str(sub.get("id"))
+        for subs in (state.get("subagentsByNode") or {}).values()
+        for sub in subs or []
+        if isinstance(sub, dict)
+    }
     for node, status in sorted(statuses.items()):
-        if status not in ("failed", "interrupted"):
+        if status not in ("failed", "interrupted") or node in subagents:
             continue
         error = "interrupted" if status == "interrupted" else _failure(state, node)
         items.append(

@@ -370,6 +370,8 @@ def _apply(s: WorkflowRunState, event: RunEvent) -> None:
             _system(s, event.node_id, f"Subagent {event.subagent_id} completed.", event.at_ms)
         case SubagentFailed():
             _set_subagent(s, event.node_id, event.subagent_id, "failed")
+            if s.status_by_node.get(event.subagent_id) in _BUSY:
+                _set_status(s, event.subagent_id, "failed")
             text = f"Subagent {event.subagent_id} failed: {event.error}"
             _system(s, event.node_id, text, event.at_ms)
         case PhaseTimed():

@@ -895,3 +895,17 @@ def test_every_state_is_json_and_its_status_explains_itself(raw: list[RunEvent])
         assert not {"queued", "started", "running_tool"} & set(state.status_by_node.values())
     else:
         assert state.status == "running"
+
+
+def test_a_failed_subagent_is_no_longer_shown_as_working() -> None:
+    from openflow.engine.events import NodeStarted, SubagentFailed, SubagentStarted
+
+    state = initial_state("wf", "run", ["parent"], None)
+    events = [
+        SubagentStarted(node_id="parent", subagent_id="parent-subagent-1", seq=1),
+        NodeStarted(node_id="parent-subagent-1", label="helper", seq=2),
+        SubagentFailed(node_id="parent", subagent_id="parent-subagent-1", error="boom", seq=3),
+    ]
+    for event in events:
+        state = apply_event(state, event)
+    assert state.status_by_node["parent-subagent-1"] == "failed"

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
 
     from openflow import contracts as c
     from openflow.engine import advance as engine
+    from openflow.engine.compact import compact
     from openflow.engine.errors import EngineError
     from openflow.engine.events import RunEvent
     from openflow.engine.projection import WorkflowRunState, apply_event, initial_state
@@ -470,7 +471,7 @@ class OpenFlowRun:
                 tenant=self._input.tenant,
                 profiles=self._profiles,
                 active_provider=self._active_provider,
-                snapshot=self._snapshot,
+                snapshot=compact(self._snapshot),
                 events=self._event_dicts(),
                 pending_intents=pending,
                 headers_sent=sorted(self._headers_sent),

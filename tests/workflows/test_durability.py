@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -110,6 +111,7 @@ async def test_long_run_continues_as_new_and_keeps_its_events(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(run_module, "HISTORY_EVENTS_LIMIT", 40)
+    monkeypatch.setattr("openflow.engine.compact.KEEP_RECENT", 4)
     turns = [{"tools": [{"name": "ls", "args": {"path": "."}}]} for _ in range(12)]
     harness.script({"busy": [*turns, {"submit": {"summary": "done"}}]})
     wf = make_workflow([node("busy")], [])
@@ -124,6 +126,10 @@ async def test_long_run_continues_as_new_and_keeps_its_events(
     assert sum(1 for e in events if e["type"] == "ToolCompleted") == 12
     state = await harness.state(run_id)
     assert state["status"] == "completed"
+    # The carried snapshot dropped old transcript items; the run store still has every one.
+    stored = (harness.home / "runs" / run_id / "transcripts" / "busy.jsonl").read_text()
+    kinds = [json.loads(line)["kind"] for line in stored.splitlines()]
+    assert kinds.count("tool_call") == 12 and kinds.count("tool_result") == 12
 
 
 def _spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -182,11 +182,9 @@ class Runs:
         return state
 
     async def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        """The run's events after `after`, gap-free across continue-as-new and resume."""
         handle = await self.handle(run_id)
-        events: list[dict[str, Any]] = await handle.query(
-            c.QUERY_EVENTS, {"after": after}, result_type=list
-        )
-        return events
+        return await events_after(self.client, handle, after)
 
     async def status(self, run_id: str) -> str:
         handle = await self.handle(run_id)
@@ -272,6 +270,9 @@ class Runs:
             snapshot=checkpoint["snapshot"],
             resume=True,
             events=checkpoint.get("events", []),
+            state=checkpoint.get("state"),
+            first_seq=checkpoint.get("first_seq", 1),
+            previous_run_id=checkpoint.get("previous_run_id"),
             pending_intents=[],
         )
         inp = c.RunInput.model_validate(data)
@@ -295,6 +296,33 @@ class Runs:
         return run_id
 
 
+async def events_after(
+    client: Client, handle: WorkflowHandle[Any, Any], after: int, **query: Any
+) -> list[dict[str, Any]]:
+    """Events after `after` from an execution and, when they started later, the ones before it.
+
+    Each execution holds the events it recorded; a continued or resumed execution names the
+    one before it (`events_origin`), so the whole sequence is read back without gaps.
+    """
+    events: list[dict[str, Any]] = await handle.query(
+        c.QUERY_EVENTS, {"after": after}, result_type=list, **query
+    )
+    origin: dict[str, Any] = await handle.query(c.QUERY_EVENTS_ORIGIN, result_type=dict, **query)
+    first = int(origin.get("first_seq") or 1)
+    previous = origin.get("previous_run_id")
+    earlier: list[dict[str, Any]] = []
+    while after + 1 < first and previous:
+        older = client.get_workflow_handle(handle.id, run_id=previous)
+        chunk: list[dict[str, Any]] = await older.query(
+            c.QUERY_EVENTS, {"after": after}, result_type=list, **query
+        )
+        earlier = [e for e in chunk if int(e.get("seq", 0)) < first] + earlier
+        origin = await older.query(c.QUERY_EVENTS_ORIGIN, result_type=dict, **query)
+        first = int(origin.get("first_seq") or 1)
+        previous = origin.get("previous_run_id")
+    return earlier + events
+
+
 def action_from(kind: str, payload: Mapping[str, Any]) -> c.Action:
     return c.Action.model_validate({"kind": kind, **payload})
 
@@ -312,5 +340,6 @@ __all__ = [
     "RunSummary",
     "Runs",
     "action_from",
+    "events_after",
     "new_run_id",
 ]

@@ -34,6 +34,7 @@ UPDATE_ACT = "act"
 QUERY_STATE = "state"
 QUERY_EVENTS = "events"
 QUERY_CHECKPOINT = "checkpoint"
+QUERY_EVENTS_ORIGIN = "events_origin"
 
 SA_STATUS = "OpenFlowStatus"
 SA_WORKFLOW_ID = "OpenFlowWorkflowId"
@@ -64,6 +65,9 @@ class RunInput(_Model):
     headers_sent: list[str] = Field(default_factory=list)
     execution_dir: str | None = None
     continue_after_events: int | None = None
+    state: dict[str, Any] | None = None
+    first_seq: int = 1
+    previous_run_id: str | None = None
 
 
 class RunResult(_Model):
@@ -181,6 +185,7 @@ __all__ = [
     "PrepareResult",
     "QUERY_CHECKPOINT",
     "QUERY_EVENTS",
+    "QUERY_EVENTS_ORIGIN",
     "QUERY_STATE",
     "RunInput",
     "RunResult",

@@ -147,7 +147,7 @@ async def drive(
         if not acted:
             await asyncio.sleep(0.05)
     state = await handle.query(c.QUERY_STATE, result_type=dict)
-    events = await handle.query(c.QUERY_EVENTS, {"after": 0}, result_type=list)
+    events = await runs.events(run_id)
     return RunOutcome(
         run_id=run_id,
         status=str(state.get("status")),

@@ -161,6 +161,7 @@ async def get_events(
         return await runs.events(run_id, start)
     handle = await runs.handle(run_id)
     stream = event_stream(
+        runs.client,
         handle,
         run_id,
         after=start,

@@ -19,10 +19,10 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from openflow import contracts as c
 from openflow.api.errors import as_http_error, error_body
+from openflow.client import events_after
 from openflow.engine.events import RunEvent
 
 logger = logging.getLogger(__name__)
@@ -76,11 +76,10 @@ def frame(data: dict[str, Any], *, event_id: int | None = None, event: str | Non
     return "\n".join(lines) + "\n\n"
 
 
-async def _query_events(handle: WorkflowHandle[Any, Any], after: int) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = await handle.query(
-        c.QUERY_EVENTS, {"after": after}, result_type=list, rpc_timeout=QUERY_TIMEOUT
-    )
-    return events
+async def _query_events(
+    client: Client, handle: WorkflowHandle[Any, Any], after: int
+) -> list[dict[str, Any]]:
+    return await events_after(client, handle, after, rpc_timeout=QUERY_TIMEOUT)
 
 
 async def _is_closed(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -93,6 +92,7 @@ class _Follower:
 
     def __init__(
         self,
+        client: Client,
         handle: WorkflowHandle[Any, Any],
         run_id: str,
         after: int,
@@ -100,6 +100,7 @@ class _Follower:
         live_after: int,
         poll_interval: float,
     ) -> None:
+        self.client = client
         self.handle = handle
         self.run_id = run_id
         self.last = after
@@ -126,14 +127,14 @@ class _Follower:
         loop = asyncio.get_running_loop()
         next_check = loop.time()
         while True:
-            batch = await _query_events(self.handle, self.last)
+            batch = await _query_events(self.client, self.handle, self.last)
             if await self._emit(batch):
                 return
             if not batch and loop.time() >= next_check:
                 next_check = loop.time() + CLOSED_CHECK_SECONDS
                 if await _is_closed(self.handle):
                     with contextlib.suppress(Exception):
-                        await self._emit(await _query_events(self.handle, self.last))
+                        await self._emit(await _query_events(self.client, self.handle, self.last))
                     await self.queue.put(("end", None))
                     return
             await asyncio.sleep(self.poll_interval)
@@ -162,6 +163,7 @@ class _Follower:
 
 
 async def event_stream(
+    client: Client,
     handle: WorkflowHandle[Any, Any],
     run_id: str,
     *,
@@ -172,7 +174,7 @@ async def event_stream(
     keepalive_interval: float,
 ) -> AsyncIterator[str]:
     """The SSE text of one run from `after` on, until the run ends or the follower leaves."""
-    follower = _Follower(handle, run_id, after, live, live_after, poll_interval)
+    follower = _Follower(client, handle, run_id, after, live, live_after, poll_interval)
     tasks = [
         asyncio.create_task(follower.durable(), name=f"sse-events-{run_id}"),
         asyncio.create_task(follower.deltas(), name=f"sse-live-{run_id}"),

@@ -228,6 +228,30 @@ def initial_state(
     )
 
 
+KEEP_CHAT = 200
+KEEP_TRACE = 500
+KEEP_TOOL_CALLS = 200
+KEEP_EDIT_BATCHES = 100
+
+
+def trim_state(state: WorkflowRunState) -> WorkflowRunState:
+    """The state a continued execution carries: its growing lists cut to their recent ends.
+
+    Chat logs, the trace, tool call rows and edit batches only grow; the durable events keep
+    every entry, so a long run's carried state stays small enough for Temporal.
+    """
+    return state.model_copy(
+        update={
+            "chat_logs": {n: log[-KEEP_CHAT:] for n, log in state.chat_logs.items()},
+            "run_trace": state.run_trace[-KEEP_TRACE:],
+            "tool_calls_by_node": {
+                n: rows[-KEEP_TOOL_CALLS:] for n, rows in state.tool_calls_by_node.items()
+            },
+            "edit_batches": state.edit_batches[-KEEP_EDIT_BATCHES:],
+        }
+    )
+
+
 def apply_event(state: WorkflowRunState, event: RunEvent) -> WorkflowRunState:
     """The state after one more event (spec 9.3); the input state is left untouched."""
     if isinstance(event, ActionIgnored):
@@ -828,6 +852,7 @@ def _duration(ms: int) -> str:
 
 
 __all__ = [
+    "trim_state",
     "AgentStatus",
     "ContextWindow",
     "PlanModeState",

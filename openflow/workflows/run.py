@@ -24,7 +24,12 @@ with workflow.unsafe.imports_passed_through():
     from openflow.engine.compact import compact
     from openflow.engine.errors import EngineError
     from openflow.engine.events import RunEvent
-    from openflow.engine.projection import WorkflowRunState, apply_event, initial_state
+    from openflow.engine.projection import (
+        WorkflowRunState,
+        apply_event,
+        initial_state,
+        trim_state,
+    )
     from openflow.engine.request import ProviderFailure
     from openflow.engine.state import (
         ApprovalDecided,
@@ -86,6 +91,8 @@ class OpenFlowRun:
         self._events: list[RunEvent] = []
         self._state: WorkflowRunState | None = None
         self._projected = 0
+        self._first_seq = 1
+        self._previous_run_id: str | None = None
         self._snapshot: RunSnapshot | None = None
         self._status = "running"
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -107,15 +114,20 @@ class OpenFlowRun:
     async def run(self, inp: c.RunInput) -> c.RunResult:
         self._input = inp
         self._events = [_EVENT.validate_python(data) for data in inp.events]
+        self._first_seq = self._events[0].seq if self._events else inp.first_seq
+        self._previous_run_id = inp.previous_run_id
         self._headers_sent = set(inp.headers_sent)
-        self._state = initial_state(
-            inp.workflow.id,
-            inp.run_id,
-            [n.id for n in inp.workflow.nodes],
-            inp.workflow.settings.plan_mode.evidence_source_node_id
-            if inp.workflow.settings.plan_mode
-            else None,
-        )
+        if inp.state is not None:
+            self._state = WorkflowRunState.model_validate(inp.state)
+        else:
+            self._state = initial_state(
+                inp.workflow.id,
+                inp.run_id,
+                [n.id for n in inp.workflow.nodes],
+                inp.workflow.settings.plan_mode.evidence_source_node_id
+                if inp.workflow.settings.plan_mode
+                else None,
+            )
         now = self._now()
         plan: Plan
         if inp.snapshot is None:
@@ -472,7 +484,9 @@ class OpenFlowRun:
                 profiles=self._profiles,
                 active_provider=self._active_provider,
                 snapshot=compact(self._snapshot),
-                events=self._event_dicts(),
+                state=self._carried_state(),
+                first_seq=self._snapshot.event_seq + 1,
+                previous_run_id=workflow.info().run_id,
                 pending_intents=pending,
                 headers_sent=sorted(self._headers_sent),
                 execution_dir=self._execution_dir,
@@ -557,7 +571,9 @@ class OpenFlowRun:
         return {
             "input": base.model_dump(mode="json"),
             "snapshot": self._snapshot.model_dump(mode="json"),
-            "events": self._event_dicts(),
+            "state": self._carried_state(),
+            "first_seq": self._snapshot.event_seq + 1,
+            "previous_run_id": workflow.info().run_id,
         }
 
     @workflow.query(name=c.QUERY_EVENTS)
@@ -565,8 +581,14 @@ class OpenFlowRun:
         after = int((query or {}).get("after", 0) or 0)
         return [e.model_dump(mode="json") for e in self._events if e.seq > after]
 
-    def _event_dicts(self) -> list[dict[str, Any]]:
-        return [e.model_dump(mode="json") for e in self._events]
+    @workflow.query(name=c.QUERY_EVENTS_ORIGIN)
+    def events_origin(self) -> dict[str, Any]:
+        """Where this execution's events start, and the execution that holds the earlier ones."""
+        return {"first_seq": self._first_seq, "previous_run_id": self._previous_run_id}
+
+    def _carried_state(self) -> dict[str, Any]:
+        """The projection a continued or resumed execution starts from (its lists trimmed)."""
+        return trim_state(self._projection()).model_dump(mode="json", by_alias=True)
 
     def _projection(self) -> WorkflowRunState:
         """The state projection, folded lazily: steps record events, queries project them."""

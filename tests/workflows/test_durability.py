@@ -64,7 +64,7 @@ async def test_cancel_during_slow_bash_stops_then_resume_completes(harness: Harn
     result = await harness.result(run_id)
     assert result.status == "completed"
     assert result.outputs["slow"] == {"summary": "resumed"}
-    events = await harness.events(run_id)
+    events = await harness.runs.events(run_id)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert any(e["type"] == "RunResumed" for e in events)
     await harness.replay(run_id)
@@ -121,11 +121,16 @@ async def test_long_run_continues_as_new_and_keeps_its_events(
     assert result.status == "completed"
     last = (await harness.handle(run_id).describe()).run_id
     assert last != first, "the run never continued as new"
-    events = await harness.events(run_id)
+    own = await harness.events(run_id)
+    assert own[0]["seq"] > 1, "the last execution holds only its own events"
+    events = await harness.runs.events(run_id)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert sum(1 for e in events if e["type"] == "ToolCompleted") == 12
+    later = await harness.runs.events(run_id, after=5)
+    assert [e["seq"] for e in later] == list(range(6, len(events) + 1))
     state = await harness.state(run_id)
     assert state["status"] == "completed"
+    assert state["statusByNode"]["busy"] == "completed"
     # The carried snapshot dropped old transcript items; the run store still has every one.
     stored = (harness.home / "runs" / run_id / "transcripts" / "busy.jsonl").read_text()
     kinds = [json.loads(line)["kind"] for line in stored.splitlines()]

@@ -13,6 +13,7 @@ Errors (each renders as the spec's `[kind] ...` result text, spec 4.5):
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import re
 from collections.abc import Callable, Mapping
@@ -189,7 +190,7 @@ class ToolOutput:
     stamp: FileStamp | None = None
 
 
-class Tool:
+class Tool(abc.ABC):
     """A built-in tool: its schema, how it may run beside others, and what it does."""
 
     name: ClassVar[str]
@@ -219,9 +220,9 @@ class Tool:
             return []
         return [f"tool:{self.name}"]
 
+    @abc.abstractmethod
     async def run(self, ctx: ToolContext, call: ToolCall, args: dict[str, Any]) -> ToolOutput:
         """Execute the call; raise ToolError for results the model should see as errors."""
-        raise NotImplementedError
 
 
 _validators: dict[type[Tool], Draft202012Validator] = {}
@@ -244,9 +245,9 @@ class ThreadTool(Tool):
                 raise
             return await work
 
+    @abc.abstractmethod
     def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
         """Blocking body of the tool."""
-        raise NotImplementedError
 
 
 def check_cancel(ctx: ToolContext, tool: str) -> None:

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from openflow.engine.transcript import Attachment, ReasoningBlock
 
 ToolAccessPolicy = Literal["execution", "planning"]
-Wire = Literal["responses", "chat_completions", "anthropic_messages", "bedrock_converse", "scripted"]
+Wire = Literal[
+    "responses", "chat_completions", "anthropic_messages", "bedrock_converse", "scripted"
+]
 
 
 class _Model(BaseModel):

@@ -1,19 +1,17 @@
 """The per-node turn machine: what one model answer does to its node (spec 3, 4.3, 11, 3.9).
 
-`Turns` is the working copy of a run while facts are folded in. It builds each node's request,
-classifies replies and applies the turn protocol: completions (with Plan Mode's freeze gate),
-tool calls (with the approval and Plan Mode policy), questions, text-only turns, errors and
-their nudges, and output repair. The reducer in `advance` adds scheduling on top.
+`Turns` extends the run's working copy (`run_base.RunBase`, which builds requests) with the turn
+protocol: it classifies replies and applies completions (with Plan Mode's freeze gate), tool calls
+(with the approval and Plan Mode policy), questions, text-only turns, errors and their nudges,
+and output repair. Subagents and the reducer in `advance` build on top.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable
 from typing import Any, assert_never
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from openflow.engine import prompts
 from openflow.engine.classify import (
@@ -26,8 +24,6 @@ from openflow.engine.classify import (
     classify_reply,
     complete_submit,
 )
-from openflow.engine.events import RunEvent
-from openflow.engine.graph import ancestors, parents
 from openflow.engine.harness import cache_key_for, harness_tool_specs, submission_parameters
 from openflow.engine.policy import (
     HARNESS_ASK_QUESTION,
@@ -38,14 +34,24 @@ from openflow.engine.policy import (
     approval_decision,
     batch_has_side_effects,
     plan_verdict,
-    planning_tool_names,
     tool_tier,
 )
+from openflow.engine.protocol import (
+    AUTO_CONTINUE_CAP,
+    MAX_MODEL_ATTEMPT,
+    PROTOCOL_CAP,
+    REPAIR_SUFFIX,
+    Keep,
+    backoff_delay_ms,
+    error_text,
+    jitter_ms,
+    reply_items,
+    shown_call,
+    structured_problem,
+)
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
+from openflow.engine.run_base import RunBase
 from openflow.engine.spec import (
-    MAX_BACKOFF_MS,
-    Node,
-    Workflow,
     submission_schema,
     template_headings,
 )
@@ -53,10 +59,7 @@ from openflow.engine.state import (
     CallModel,
     ChangeEvidencePacket,
     InFlightCall,
-    Intent,
-    NodeState,
     PendingBatch,
-    RunSnapshot,
     SleepUntil,
     StoredItemRef,
     TranscriptDelta,
@@ -67,437 +70,14 @@ from openflow.engine.transcript import (
     ReasoningItem,
     ToolCall,
     ToolCallItem,
-    ToolResult,
     ToolResultItem,
     TranscriptItem,
     UserItem,
 )
 
-PROTOCOL_CAP = 3
-AUTO_CONTINUE_CAP = 10
-MAX_MODEL_ATTEMPT = 255
-REPAIR_SUFFIX = "__output_repair"
-_EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
-_QUESTION_ID = re.compile(r"^[a-z][a-z0-9_]*$")
 
-Keep = Callable[[TranscriptItem], None]
-
-
-def reply_items(reply: ModelReply) -> list[TranscriptItem]:
-    """The transcript items a reply can contribute; the model-turn activity stores this list."""
-    items: list[TranscriptItem] = []
-    if reply.reasoning:
-        items.append(ReasoningItem(blocks=reply.reasoning))
-    if reply.text.strip():
-        items.append(AssistantItem(content=reply.text.strip()))
-    for call in reply.tool_calls:
-        if call.arguments is not None:
-            items.append(
-                ToolCallItem(
-                    call=ToolCall(
-                        id=call.id,
-                        name=call.name,
-                        arguments=call.arguments,
-                        provider_call_id=call.provider_call_id,
-                    )
-                )
-            )
-    return items
-
-
-def jitter_ms(node_id: str) -> int:
-    """Deterministic per-node jitter (spec 5.3): 100 + (31-multiplier hash % 400)."""
-    h = 0
-    for byte in node_id.encode():
-        h = (h * 31 + byte) & 0xFFFFFFFF
-    return 100 + (h % 400)
-
-
-def backoff_delay_ms(backoff_ms: int, streak: int) -> int:
-    """The transient backoff of the `streak`-th consecutive failure, capped at 30 s."""
-    exponent = max(streak, 1) - 1
-    return int(min(backoff_ms * (2**exponent), MAX_BACKOFF_MS))
-
-
-def structured_problem(structured: dict[str, Any]) -> str | None:
-    """Why a structured question request is invalid (spec 3.4), or None."""
-    questions = structured.get("questions")
-    if not isinstance(questions, list) or not 1 <= len(questions) <= 3:
-        return "structured questions need 1-3 questions"
-    seen: set[str] = set()
-    for q in questions:
-        if not isinstance(q, dict):
-            return "each question must be an object"
-        qid = q.get("id")
-        if not isinstance(qid, str) or not _QUESTION_ID.match(qid) or qid in seen:
-            return "question ids must be unique and look like `scope`"
-        seen.add(qid)
-        header = q.get("header")
-        if not isinstance(header, str) or not header.strip() or len(header) > 12:
-            return "headers must be 1-12 characters"
-        text = q.get("question")
-        if not isinstance(text, str) or not text.strip():
-            return "each question needs its text"
-        options = q.get("options")
-        if not isinstance(options, list) or not 2 <= len(options) <= 3:
-            return "each question needs 2-3 options"
-        labels: set[str] = set()
-        for o in options:
-            if not isinstance(o, dict):
-                return "each option must be an object"
-            lab, desc = o.get("label"), o.get("description")
-            if not isinstance(lab, str) or not lab.strip() or lab in labels:
-                return "option labels must be non-empty and unique"
-            if not isinstance(desc, str) or not desc.strip():
-                return "every option needs a description"
-            labels.add(lab)
-    return None
-
-
-def error_text(err: TurnError) -> str:
-    """An AgentError's display text (spec 3.5)."""
-    if err.error == "transient":
-        return f"transient: {err.message}"
-    if err.error == "permanent":
-        return f"permanent: {err.message}"
-    if err.error == "mixed":
-        return f"model {err.message}"
-    if err.error == "truncated":
-        named = f" ({', '.join(err.tool_names)})" if err.tool_names else ""
-        return f"model response hit the output token limit{named}: {err.message}"
-    if err.error == "malformed":
-        return f"malformed submit output: {err.message}"
-    if err.error == "interrupted":
-        return "interrupted by user"
-    return err.message
-
-
-def shown_call(call: ToolCall) -> dict[str, Any]:
-    """A call as events show it: the seal call's arguments become `{sealed_from}` (spec 11)."""
-    if call.name == SEAL_TOOL:
-        return call.model_copy(update={"arguments": dict(SEALED_FROM)}).model_dump(mode="json")
-    return call.model_dump(mode="json")
-
-
-class Turns:
-    """A mutable working copy of the snapshot and the turn protocol of every node."""
-
-    def __init__(self, snapshot: RunSnapshot, now_ms: int) -> None:
-        self.s = snapshot.fork()
-        self.now = now_ms
-        self.events: list[RunEvent] = []
-        self.intents: list[Intent] = []
-        self.wf: Workflow = self.s.workflow
-        self.by_id: dict[str, Node] = {n.id: n for n in self.wf.nodes}
-        self._parents: dict[str, list[str]] = {}
-        self._ancestors: dict[str, list[str]] = {}
-        self._forked: set[str] = set()
-
-    def parents_of(self, node_id: str) -> list[str]:
-        """Direct parents, looked up once per step (the workflow never changes in a run)."""
-        found = self._parents.get(node_id)
-        if found is None:
-            found = self._parents[node_id] = parents(self.wf, node_id)
-        return found
-
-    def ancestors_of(self, node_id: str) -> list[str]:
-        found = self._ancestors.get(node_id)
-        if found is None:
-            found = self._ancestors[node_id] = ancestors(self.wf, node_id)
-        return found
-
-    # --- small helpers ------------------------------------------------------------------
-
-    def emit(self, type_: str, **fields: Any) -> None:
-        self.s.event_seq += 1
-        data = {"type": type_, "seq": self.s.event_seq, "at_ms": self.now, **fields}
-        self.events.append(_EVENT.validate_python(data))
-
-    def emit_reported(self, node_id: str, data: dict[str, Any]) -> None:
-        """An event a tool batch reported; one that is not a valid run event is noted, not kept."""
-        fields = dict(data)
-        type_ = str(fields.pop("type", ""))
-        fields.pop("seq", None)
-        fields.pop("at_ms", None)
-        fields.setdefault("node_id", node_id)
-        try:
-            event = _EVENT.validate_python({"type": type_, "seq": 0, "at_ms": 0, **fields})
-        except ValidationError:
-            self.emit("Error", message=f"ignored tool event {type_!r} of node {node_id!r}")
-            return
-        self.s.event_seq += 1
-        self.events.append(event.model_copy(update={"seq": self.s.event_seq, "at_ms": self.now}))
-
-    def new_id(self, prefix: str) -> str:
-        n = self.s.next_id
-        self.s.next_id += 1
-        return f"{prefix}-{n}"
-
-    def label(self, node_id: str) -> str:
-        node = self.by_id.get(node_id)
-        return node.label if node is not None else node_id
-
-    def node(self, node_id: str) -> NodeState:
-        """The node's state, copied on first use in this step (nodes not touched are shared)."""
-        if node_id not in self._forked:
-            self.s.nodes[node_id] = self.s.nodes[node_id].fork()
-            self._forked.add(node_id)
-        return self.s.nodes[node_id]
-
-    def append(
-        self, node_id: str, item: TranscriptItem, origin: StoredItemRef | None = None
-    ) -> None:
-        ns = self.node(node_id)
-        ns.transcript.append(item)
-        ns.origins.append(origin)
-
-    def is_plan_source(self, node_id: str) -> bool:
-        """The pinned Plan Mode source while the run is still planning."""
-        return self.s.planning and node_id == self.s.plan_source
-
-    def conversational(self, node_id: str) -> bool:
-        return bool(self.by_id[node_id].agent.request_user_input) or self.is_plan_source(node_id)
-
-    def approval_mode(self, node_id: str) -> str:
-        patched = self.node(node_id).runtime_patch.get("approval_mode")
-        if isinstance(patched, str):
-            return patched
-        mode = self.by_id[node_id].agent.tools.approval_mode
-        return str(mode) if mode else "write"
-
-    def reset_protocol(self, ns: NodeState, keep_auto_continue: bool = False) -> None:
-        streak = ns.counters.auto_continue
-        ns.counters = type(ns.counters)()
-        if keep_auto_continue:
-            ns.counters.auto_continue = streak
-        ns.transient_streak = 0
-        ns.backoff_until_ms = None
-
-    def fail_node(self, node_id: str, error: str) -> None:
-        ns = self.node(node_id)
-        newly = ns.failed is None
-        ns.failed = error
-        ns.awaiting = False
-        if newly:
-            ns.errored_attempt = ns.model_attempt
-            self.emit(
-                "NodeErrored",
-                node_id=node_id,
-                label=self.label(node_id),
-                error=error,
-                model_attempt=ns.model_attempt,
-            )
-
-    def terminal(self, node_id: str, error: str) -> None:
-        if self.s.terminal_error is None:
-            self.s.terminal_error = error
-            self.s.terminal_node = node_id
-
-    def close_dangling(self, node_id: str, content: str) -> None:
-        """Give every tool call of the node without a result an error result (spec 5.5).
-
-        Calls still queued and the call a running subagent answers are not dangling.
-        """
-        ns = self.node(node_id)
-        answered = {
-            item.result.tool_call_id for item in ns.transcript if isinstance(item, ToolResultItem)
-        }
-        pending = {c.id for b in self.node_batches(node_id) for c in b.calls}
-        if ns.child is not None:
-            pending.add(ns.child.call.id)
-        open_calls = [
-            item.call
-            for item in ns.transcript
-            if isinstance(item, ToolCallItem)
-            and item.call.id not in answered
-            and item.call.id not in pending
-        ]
-        for call in open_calls:
-            answered.add(call.id)
-            self.add_result(node_id, call, content, is_error=True)
-
-    def add_result(
-        self,
-        node_id: str,
-        call: ToolCall,
-        content: str,
-        is_error: bool,
-        origin: StoredItemRef | None = None,
-        artifact_ids: tuple[str, ...] = (),
-        output_meta: dict[str, Any] | None = None,
-    ) -> None:
-        result = ToolResult(
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=content,
-            is_error=is_error,
-            artifact_ids=artifact_ids,
-            output_meta=output_meta,
-        )
-        self.append(node_id, ToolResultItem(result=result), origin)
-        self.emit(
-            "ToolCompleted",
-            node_id=node_id,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=content,
-            is_error=is_error,
-            artifact_ids=list(artifact_ids),
-            output_meta=output_meta,
-        )
-
-    def node_batches(self, node_id: str) -> list[PendingBatch]:
-        return [b for b in self.s.batches.values() if b.node_id == node_id]
-
-    # --- request building ---------------------------------------------------------------
-
-    def system_messages(self, node: Node) -> list[str]:
-        agent = node.agent
-        messages: list[str] = []
-        own = (agent.system_prompt or "").strip()
-        plan_source = self.is_plan_source(node.id)
-        if prompts.RUNTIME_MARKER not in own:
-            messages.append(prompts.RUNTIME_PREAMBLE)
-        if plan_source:
-            messages.append(prompts.PLAN_SOURCE_BLOCK)
-        if not agent.request_user_input and not plan_source:
-            messages.append(prompts.AUTONOMOUS_BLOCK)
-        if agent.conversation_mode:
-            messages.append(prompts.CONVERSATION_BLOCK)
-        block = prompts.handoff_block(
-            agent.handoff.format, getattr(agent.handoff, "template", None)
-        )
-        if block:
-            messages.append(block)
-        if self.s.project_root:
-            messages.append(prompts.project_block(self.s.project_root))
-        if own:
-            messages.append(own)
-        shared = (self.wf.settings.shared_context or "").strip()
-        if shared:
-            messages.append(f"--- Workflow context ---\n{shared}")
-        return messages
-
-    def node_input(self, node_id: str) -> dict[str, Any]:
-        upstream: list[dict[str, Any]] = []
-        for parent in self.parents_of(node_id):
-            pn = self.s.nodes.get(parent)
-            if pn is None or not pn.has_output:
-                continue
-            entry: dict[str, Any] = {"node_id": parent, "output": pn.output}
-            if pn.handoff is not None:
-                entry["handoff"] = pn.handoff
-            upstream.append(entry)
-        data: dict[str, Any] = {}
-        if not upstream and self.s.entrypoint_text.strip():
-            data["entrypoint"] = {"text": self.s.entrypoint_text}
-        data["upstream"] = upstream
-        changed: dict[str, dict[str, Any]] = {}
-        reads: list[dict[str, Any]] = []
-        for anc in self.ancestors_of(node_id):
-            an = self.s.nodes.get(anc)
-            if an is None:
-                continue
-            for record in an.changed_files:
-                path = str(record.get("rename_to") or record.get("path", ""))
-                prior = changed.get(path)
-                if prior is None or int(record.get("timestamp_ms", 0)) >= int(
-                    prior.get("timestamp_ms", 0)
-                ):
-                    changed[path] = record
-            reads.extend(an.reads)
-        if changed:
-            data["changed_files"] = [
-                {
-                    k: v
-                    for k, v in (
-                        ("path", r.get("path")),
-                        ("op", r.get("op")),
-                        ("renameTo", r.get("rename_to")),
-                        ("diffSummary", r.get("diff_summary")),
-                    )
-                    if v is not None
-                }
-                for _, r in sorted(changed.items())
-            ]
-        if reads and self.wf.settings.forward_upstream_reads:
-            data["reads"] = [
-                {k: v for k, v in (("path", r.get("path")), ("outline", r.get("outline"))) if v}
-                for r in reads
-            ]
-        if self.s.packet is not None:
-            data["change_evidence_packet"] = self.s.packet.as_input()
-        return data
-
-    def offered_tools(self, node_id: str) -> list[str]:
-        names = self.s.tool_names or []
-        read_only = self.approval_mode(node_id) == "read_only"
-        if self.s.planning:
-            return planning_tool_names(
-                names, read_only=read_only, is_source=node_id == self.s.plan_source
-            )
-        if read_only:
-            return [n for n in names if tool_tier(n) == "read"]
-        return list(names)
-
-    def node_model(self, node_id: str) -> str:
-        patched = self.node(node_id).runtime_patch.get("model")
-        return str(patched or self.by_id[node_id].agent.model or "").strip()
-
-    def build_request(self, node_id: str) -> AgentRequest | None:
-        node = self.by_id[node_id]
-        agent = node.agent
-        ns = self.node(node_id)
-        patch = ns.runtime_patch
-        model = self.node_model(node_id)
-        if not model:
-            self.terminal(
-                node_id,
-                f'node "{node.label}" has no model configured — select a model '
-                "(or a provider profile with a default_model) before running",
-            )
-            return None
-        tools_cfg = agent.tools
-        effort = patch.get("reasoning_effort", agent.reasoning_effort)
-        budget = patch.get("reasoning_budget_tokens", agent.reasoning_budget_tokens)
-        tool_names = self.offered_tools(node_id)
-        conversation = bool(agent.conversation_mode)
-        request = AgentRequest(
-            workflow_id=self.wf.id,
-            run_id=self.s.run_id,
-            node_id=node_id,
-            node_label=node.label,
-            model=model,
-            provider_id=agent.provider_id or self.wf.settings.provider_id,
-            system_messages=tuple(self.system_messages(node)),
-            task_prompt=agent.task_prompt,
-            input=self.node_input(node_id),
-            output_schema=submission_schema(agent),
-            tool_names=tuple(tool_names),
-            tool_choice="auto" if conversation else "required",
-            reasoning_effort=effort if isinstance(effort, str) else None,
-            reasoning_budget_tokens=budget if isinstance(budget, int) else None,
-            fast_mode=bool(patch.get("fast_mode", self.wf.settings.fast_mode)),
-            tool_access_policy="planning" if self.s.planning else "execution",
-            allow_user_input=self.conversational(node_id),
-            conversation_mode=conversation,
-            cache_key=cache_key_for(self.wf.id, node_id, tool_names),
-            turn_index=ns.calls_done,
-        )
-        harness = harness_tool_specs(
-            request,
-            allow_free_text_input=bool(tools_cfg.allow_free_text_user_input),
-            allow_structured_input=bool(tools_cfg.allow_structured_user_input),
-        )
-        return request.model_copy(update={"harness_tools": tuple(harness)})
-
-    def delta(self, node_id: str) -> TranscriptDelta:
-        ns = self.node(node_id)
-        start = max(ns.persisted_len - ns.transcript_offset, 0)
-        items: list[Any] = []
-        for item, origin in zip(ns.transcript[start:], ns.origins[start:], strict=True):
-            items.append(origin if origin is not None else item)
-        return TranscriptDelta(base_len=ns.persisted_len, items=tuple(items))
+class Turns(RunBase):
+    """The turn protocol of every node, on top of the run's bookkeeping."""
 
     # --- model replies ------------------------------------------------------------------
 
@@ -1082,6 +662,7 @@ __all__ = [
     "MAX_MODEL_ATTEMPT",
     "PROTOCOL_CAP",
     "REPAIR_SUFFIX",
+    "Keep",
     "Turns",
     "backoff_delay_ms",
     "error_text",

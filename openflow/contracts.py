@@ -120,6 +120,7 @@ class ModelTurnResult(_Model):
     failure: ProviderFailure | None = None
     reply_key: str = ""
     persisted_len: int | None = None
+    refs_missing: bool = False
 
 
 class ToolBatchInput(_Model):

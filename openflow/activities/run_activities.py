@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -23,7 +24,7 @@ from temporalio import activity
 from openflow import contracts as c
 from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
-from openflow.activities.store import RunStore
+from openflow.activities.store import KeyNotFound, RunStore
 from openflow.engine.advance import reply_items
 from openflow.engine.errors import WorkflowFormatError
 from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
@@ -237,7 +238,9 @@ class RunActivities:
         header_key = f"headers/{inp.header_digest}.json"
         if inp.header is not None:
             if not self.store.exists(inp.run_id, header_key):
-                self.store.put_bytes(inp.run_id, header_key, inp.header.model_dump_json().encode())
+                self.store.put_bytes(
+                    inp.run_id, header_key, inp.header.model_dump_json().encode(), sync=False
+                )
             header = inp.header
         else:
             header = AgentRequest.model_validate_json(self.store.get_bytes(inp.run_id, header_key))
@@ -255,7 +258,17 @@ class RunActivities:
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
-        request, transcript, tools, persisted = await asyncio.to_thread(self._prepare_turn, inp)
+        try:
+            request, transcript, tools, persisted = await asyncio.to_thread(self._prepare_turn, inp)
+        except KeyNotFound:
+            # A stored header or item this call refers to is gone (an unsynced blob lost in a
+            # machine crash): ask for the items themselves instead of calling the model.
+            return c.ModelTurnResult(
+                failure=ProviderFailure(
+                    kind="transient", message="stored conversation items are missing; resending"
+                ),
+                refs_missing=True,
+            )
         live = self.live
         message_id = f"{inp.call_id}"
         streamed: set[str] = set()
@@ -299,8 +312,13 @@ class RunActivities:
         reply = compact_reply(self._priced(reply, request.model))
         reply_key = f"replies/{handoff_segment(inp.node_id)}/{handoff_segment(inp.call_id)}.json"
         items = reply_items(reply)
+        # Not synced: history holds the reply, so if a crash loses this copy the next call finds
+        # its reference missing and the engine sends the items themselves.
         await asyncio.to_thread(
-            self.store.put_bytes, inp.run_id, reply_key, _ITEMS.dump_json(items)
+            functools.partial(self.store.put_bytes, sync=False),
+            inp.run_id,
+            reply_key,
+            _ITEMS.dump_json(items),
         )
         return c.ModelTurnResult(reply=reply, reply_key=reply_key, persisted_len=persisted)
 
@@ -404,6 +422,7 @@ class RunActivities:
         outcome = await heartbeating(run_batch(self, inp))
         store_key = f"batches/{handoff_segment(inp.batch_id)}.json"
         full = [ToolResultItem(result=r) for r in outcome.results]
+        # Synced: this is the only full copy of the tools' output (history keeps previews).
         await asyncio.to_thread(
             self.store.put_bytes, inp.run_id, store_key, _ITEMS.dump_json(list(full))
         )

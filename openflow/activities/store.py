@@ -68,8 +68,12 @@ class LogConflict(StoreError):
 class RunStore(Protocol):
     """Where a run's files live; every method is safe to retry with the same arguments."""
 
-    def put_bytes(self, run_id: str, key: str, data: bytes) -> None:
-        """Store `data` under `key`, replacing what was there, atomically."""
+    def put_bytes(self, run_id: str, key: str, data: bytes, *, sync: bool = True) -> None:
+        """Store `data` under `key`, replacing what was there, atomically.
+
+        `sync=False` is for blobs the run can do without (a cache of what history holds): the
+        write may be lost in a machine crash, never torn.
+        """
         ...
 
     def get_bytes(self, run_id: str, key: str) -> bytes:
@@ -179,7 +183,7 @@ class FileRunStore:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def put_bytes(self, run_id: str, key: str, data: bytes) -> None:
+    def put_bytes(self, run_id: str, key: str, data: bytes, *, sync: bool = True) -> None:
         """Write `data` to a temporary file beside the target, then rename it into place."""
         path = self._path(run_id, key)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,7 +191,7 @@ class FileRunStore:
         try:
             with temp.open("wb") as handle:
                 handle.write(data)
-                if self.fsync:
+                if self.fsync and sync:
                     handle.flush()
                     os.fsync(handle.fileno())
             os.replace(temp, path)
@@ -301,8 +305,8 @@ class S3RunStore:
         validate_run_id(run_id)
         return None
 
-    def put_bytes(self, run_id: str, key: str, data: bytes) -> None:
-        """Upload `data` as one object (S3 puts are atomic)."""
+    def put_bytes(self, run_id: str, key: str, data: bytes, *, sync: bool = True) -> None:
+        """Upload `data` as one object (S3 puts are atomic and durable; `sync` changes nothing)."""
         self.client.put_object(Bucket=self.bucket, Key=self._object_key(run_id, key), Body=data)
 
     def _get(self, run_id: str, key: str) -> bytes | None:

@@ -372,6 +372,11 @@ class _Run(Subagents):
             return
         if fact.persisted_len is not None:
             ns.persisted_len = fact.persisted_len
+        if fact.refs_missing:
+            # The run store lost what the references point at (its blobs are not synced to
+            # disk): the next call sends the items themselves. Not the model's failure.
+            ns.inline_next = True
+            return
         if fact.lost:
             self.on_lost_call(node_id, fact)
             return

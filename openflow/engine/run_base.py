@@ -358,11 +358,15 @@ class RunBase:
         return request.model_copy(update={"harness_tools": tuple(harness)})
 
     def delta(self, node_id: str) -> TranscriptDelta:
+        """What the next call must append: stored references, or the items themselves once a
+        call found its references missing from the run store (`inline_next`, then cleared)."""
         ns = self.node(node_id)
         start = max(ns.persisted_len - ns.transcript_offset, 0)
+        inline = ns.inline_next
+        ns.inline_next = False
         items: list[Any] = []
         for item, origin in zip(ns.transcript[start:], ns.origins[start:], strict=True):
-            items.append(origin if origin is not None else item)
+            items.append(origin if origin is not None and not inline else item)
         return TranscriptDelta(base_len=ns.persisted_len, items=tuple(items))
 
 

@@ -100,6 +100,7 @@ class ChildRun(_Model):
     auto_continue: int = 0
     backoff_until_ms: int | None = None
     announced_attempt: int = 0
+    inline_next: bool = False
 
     @property
     def model_attempt(self) -> int:
@@ -147,6 +148,7 @@ class NodeState(_Model):
     transcript: list[TranscriptItem] = Field(default_factory=list)
     origins: list[StoredItemRef | None] = Field(default_factory=list)
     transcript_offset: int = 0
+    inline_next: bool = False
     persisted_len: int = 0
     turn_seq: int = 0
     calls_done: int = 0
@@ -325,6 +327,7 @@ class ModelFailed(_Frozen):
     failure: ProviderFailure
     persisted_len: int | None = None
     lost: bool = False
+    refs_missing: bool = False
 
 
 class ToolResultSummary(_Frozen):

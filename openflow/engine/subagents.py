@@ -438,6 +438,8 @@ class Subagents(Turns):
             self.emit("NodeStarted", node_id=sid, label=label, model_attempt=attempt)
         call_id = self.new_id(f"model:{child.subagent_id}")
         child.in_flight = InFlightCall(call_id=call_id, model_attempt=attempt, kind="subagent")
+        inline = child.inline_next
+        child.inline_next = False
         self.intents.append(
             CallModel(
                 call_id=call_id,
@@ -447,7 +449,7 @@ class Subagents(Turns):
                 delta=TranscriptDelta(
                     base_len=child.persisted_len,
                     items=tuple(
-                        origin if origin is not None else item
+                        origin if origin is not None and not inline else item
                         for item, origin in zip(
                             child.transcript[child.persisted_len :],
                             child.origins[child.persisted_len :],
@@ -522,6 +524,12 @@ class Subagents(Turns):
     def on_child_failed(self, node_id: str, fact: ModelFailed) -> None:
         """A child's model call failed; a lost call (dead worker) is tried again at once."""
         err = classify_failure(fact.failure)
+        if fact.refs_missing:
+            child = self.child_of(node_id)
+            if fact.persisted_len is not None:
+                child.persisted_len = fact.persisted_len
+            child.inline_next = True
+            return
         if not fact.lost:
             self.settled_child_call(node_id, fact.persisted_len)
             self.on_child_error(node_id, err)

@@ -344,12 +344,15 @@ class OpenFlowRun:
             )
         else:
             failure = result.failure or ProviderFailure(kind="failed", message="no reply")
+            if result.refs_missing:
+                self._headers_sent.discard(digest)
             self._facts.append(
                 ModelFailed(
                     call_id=intent.call_id,
                     node_id=intent.node_id,
                     failure=failure,
                     persisted_len=result.persisted_len,
+                    refs_missing=result.refs_missing,
                 )
             )
 

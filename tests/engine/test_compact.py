@@ -91,3 +91,34 @@ def test_compacted_snapshot_plans_the_same_next_call() -> None:
     call_b = next(i for i in b.intents if i.kind == "call_model")
     assert call_a.delta == call_b.delta
     assert call_a.request == call_b.request
+
+
+def test_missing_references_are_resent_as_items() -> None:
+    from openflow.engine.request import ProviderFailure
+    from openflow.engine.state import ModelFailed, StoredItemRef
+
+    plan = engine.start(WF, "run", 0, entrypoint_text="go", tool_names=["ls"])
+    plan = _turn(plan, 0, 0)
+    call = plan.intents[0]
+    assert call.kind == "call_model"
+    assert any(isinstance(item, StoredItemRef) for item in call.delta.items)
+    lost = engine.advance(
+        plan.snapshot,
+        [
+            ModelFailed(
+                call_id=call.call_id,
+                node_id="busy",
+                failure=ProviderFailure(kind="transient", message="missing"),
+                refs_missing=True,
+            )
+        ],
+        1,
+    )
+    again = next(i for i in lost.intents if i.kind == "call_model")
+    assert again.delta.base_len == call.delta.base_len
+    assert len(again.delta.items) == len(call.delta.items)
+    assert not any(isinstance(item, StoredItemRef) for item in again.delta.items)
+    assert again.model_attempt == call.model_attempt, "a storage miss is not a new attempt"
+    assert not [e for e in lost.events if e.type in ("NodeErrored", "NodeRetrying")]
+    after = engine.advance(lost.snapshot, [], 2)
+    assert after.intents == ()

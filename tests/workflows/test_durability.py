@@ -341,3 +341,39 @@ async def test_resume_a_run_stopped_at_an_input_pause_shows_the_pause(harness: H
     result = await harness.result(run_id)
     assert result.status == "completed"
     await harness.replay(run_id)
+
+
+async def test_lost_reply_blobs_are_resent_from_history(harness: Harness) -> None:
+    harness.script(
+        {
+            "work": [
+                {
+                    "tools": [{"name": "bash", "args": {"command": "sleep 1"}}],
+                    "say": "Checking the folder first.",
+                },
+                {"submit": {"summary": "done"}},
+            ]
+        }
+    )
+    wf = make_workflow([node("work", tools={"approvalMode": "yolo"})], [])
+    run_id = await harness.start(wf)
+    await harness.wait_for(run_id, lambda s: s["statusByNode"]["work"] == "running_tool")
+    replies = harness.home / "runs" / run_id / "replies"
+    for blob in replies.rglob("*.json"):
+        blob.unlink()
+    result = await harness.result(run_id)
+    assert result.status == "completed"
+    transcript = (harness.home / "runs" / run_id / "transcripts" / "work.jsonl").read_text()
+    assert "Checking the folder first." in transcript
+    events = await harness.events(run_id)
+    assert not [e for e in events if e["type"] in ("NodeErrored", "NodeFailed")]
+    assert [e["model_attempt"] for e in events if e["type"] == "NodeStarted"] == [1]
+    history = await harness.handle(run_id).fetch_history()
+    model_turns = [
+        e
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "model_turn"
+    ]
+    assert len(model_turns) == 3, "the call that found its references missing was not resent"
+    await harness.replay(run_id)

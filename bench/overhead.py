@@ -112,12 +112,22 @@ async def overhead(client: Client, home: Path, turns: int) -> tuple[float, float
     return per_turn, floor
 
 
-async def history_per_turn(client: Client, home: Path, turns: int) -> tuple[float, float, float]:
+async def history_per_turn(
+    client: Client, home: Path, turns: int
+) -> tuple[float, float, float, int]:
     _, run_id = await _run(client, home, single(), {"busy": tool_turns(turns, MESSAGE)})
     events, size, _ = await _history(client, run_id)
     listing_bytes = len("\n".join(sorted(os.listdir(home / "runs" / run_id / "workspace"))))
     produced = len(MESSAGE) + listing_bytes
-    return events / turns, size / turns, size / turns - produced
+    return events / turns, size / turns, size / turns - produced, size
+
+
+async def tool_turn_overhead(client: Client, home: Path, turns: int) -> tuple[float, float]:
+    """Milliseconds per activity of a node that calls a tool every turn, and the floor."""
+    await _run(client, home, single(), {"busy": tool_turns(5)})
+    elapsed, _ = await _run(client, home, single(), {"busy": tool_turns(turns)})
+    activities = 2 * turns + 1
+    return elapsed * 1000 / activities, await bare_workflow_ms_per_step(client, activities)
 
 
 async def replay(client: Client, home: Path, turns: int) -> tuple[float, float]:
@@ -205,6 +215,14 @@ async def main_async(turns: int, quick: bool) -> None:
                 f"  {40 if quick else 200}-turn node    : {long[0]:5.1f} events  {long[1]:8.0f} bytes  {long[2]:+7.0f} beyond new content"
             )
             print(f"  bytes ratio long/short: {long[1] / short[1]:.3f}  (goal within 1.10)")
+            long_turns = 40 if quick else 200
+            marginal = (long[3] - short[3]) / (long_turns - 10)
+            print(f"  marginal bytes per turn from 10 to {long_turns} turns: {marginal:8.0f}")
+            per_activity, floor_step = await tool_turn_overhead(client, home, turns)
+            print(f"tool turns on one node ({turns} turns, a model turn and a tool batch each)")
+            print(f"  OpenFlowRun      : {per_activity:7.2f} ms/activity")
+            print(f"  bare floor       : {floor_step:7.2f} ms/step")
+            print(f"  ratio            : {per_activity / floor_step:7.2f}x")
             n = 100 if quick else 500
             ours, bare = await replay(client, home, n)
             print(f"replay of a {n}-turn run ({2 * n} activities: model turn + tool batch a turn)")

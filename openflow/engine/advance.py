@@ -637,6 +637,7 @@ def start(
     project_root: str | None = None,
     tool_names: Iterable[str] | None = None,
     warnings: Iterable[str] = (),
+    start_error: str | None = None,
     agents: Iterable[CallableAgent] = (),
 ) -> Plan:
     """A new run's first plan: the initial snapshot and its first model calls.
@@ -671,7 +672,9 @@ def start(
         text = warning if warning.startswith("ignored ") else f"ignored {warning}"
         run.emit("Error", message=text)
     problems = workflow_problems(workflow)
-    if problems:
+    if start_error is not None:
+        run.terminal("", f"the run could not start: {start_error}")
+    elif problems:
         first = problems[0]
         run.terminal(
             first.node_id or "",

@@ -131,19 +131,34 @@ class OpenFlowRun:
         now = self._now()
         plan: Plan
         if inp.snapshot is None:
-            prepared = await workflow.execute_activity(
-                c.ACTIVITY_PREPARE,
-                c.PrepareInput(
-                    run_id=inp.run_id,
-                    workflow=inp.workflow,
-                    project_dir=inp.project_dir,
-                    provider_id=inp.provider_id,
-                ),
-                result_type=c.PrepareResult,
-                start_to_close_timeout=timedelta(minutes=2),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-                summary="prepare run",
-            )
+            try:
+                prepared = await workflow.execute_activity(
+                    c.ACTIVITY_PREPARE,
+                    c.PrepareInput(
+                        run_id=inp.run_id,
+                        workflow=inp.workflow,
+                        project_dir=inp.project_dir,
+                        provider_id=inp.provider_id,
+                    ),
+                    result_type=c.PrepareResult,
+                    start_to_close_timeout=timedelta(minutes=2),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                    summary="prepare run",
+                )
+            except ActivityError as exc:
+                # Settings that cannot start the run (a missing key, an unknown provider, a
+                # broken script): the run ends failed, saying what to fix.
+                cause = exc.cause
+                message = getattr(cause, "message", None) or str(cause or exc)
+                plan = engine.start(
+                    inp.workflow,
+                    inp.run_id,
+                    now,
+                    entrypoint_text=inp.entrypoint,
+                    start_error=message,
+                )
+                self._apply(plan, [])
+                return self._result()
             self._profiles = prepared.profiles
             self._active_provider = prepared.active_provider
             self._execution_dir = prepared.execution_dir

@@ -289,3 +289,19 @@ async def test_usage_and_estimated_cost_reach_the_report(harness: Harness) -> No
     usage = [e for e in await harness.events(run_id) if e["type"] == "UsageReported"]
     assert usage and usage[0]["usage"]["cost_usd"] == pytest.approx(expected)
     assert state["contextWindowByNode"]["a"]["usedTokens"] == report["tokens_in"] + report["tokens_out"]
+
+
+async def test_a_provider_without_its_key_fails_the_start_naming_the_variable(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    harness.script({})
+    wf = make_workflow([node("a")], [], provider_id="anthropic")
+    run_id = await harness.start(wf)
+    result = await harness.result(run_id)
+    assert result.status == "failed"
+    assert "ANTHROPIC_API_KEY" in (result.error or "")
+    state = await harness.state(run_id)
+    assert state["status"] == "failed"
+    assert "ANTHROPIC_API_KEY" in (state["lastError"] or "")
+    await harness.replay(run_id)

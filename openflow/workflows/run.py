@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -63,6 +64,7 @@ MODEL_TIMEOUT = timedelta(minutes=30)
 TOOL_TIMEOUT = timedelta(hours=2)
 HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 HISTORY_EVENTS_LIMIT = 10_000
+CARRY_EVENTS_BYTES = 256 * 1024
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 
 
@@ -118,7 +120,9 @@ class OpenFlowRun:
         self._previous_run_id = inp.previous_run_id
         self._headers_sent = set(inp.headers_sent)
         if inp.state is not None:
+            # The carried state already reflects the carried events.
             self._state = WorkflowRunState.model_validate(inp.state)
+            self._projected = len(self._events)
         else:
             self._state = initial_state(
                 inp.workflow.id,
@@ -503,6 +507,7 @@ class OpenFlowRun:
                 active_provider=self._active_provider,
                 snapshot=compact(self._snapshot),
                 state=self._carried_state(),
+                events=self._carried_events(),
                 first_seq=self._snapshot.event_seq + 1,
                 previous_run_id=workflow.info().run_id,
                 pending_intents=pending,
@@ -590,6 +595,7 @@ class OpenFlowRun:
             "input": base.model_dump(mode="json"),
             "snapshot": self._snapshot.model_dump(mode="json"),
             "state": self._carried_state(),
+            "events": self._carried_events(),
             "first_seq": self._snapshot.event_seq + 1,
             "previous_run_id": workflow.info().run_id,
         }
@@ -603,6 +609,18 @@ class OpenFlowRun:
     def events_origin(self) -> dict[str, Any]:
         """Where this execution's events start, and the execution that holds the earlier ones."""
         return {"first_seq": self._first_seq, "previous_run_id": self._previous_run_id}
+
+    def _carried_events(self) -> list[dict[str, Any]]:
+        """The events a continued or resumed execution takes along, while they are small.
+
+        Then a plain `events` query still answers from seq 1; past `CARRY_EVENTS_BYTES` they
+        stay with this execution, and `events_origin` leads readers back to them.
+        """
+        if self._previous_run_id is not None and self._first_seq > 1:
+            return []
+        dumped = [e.model_dump(mode="json") for e in self._events]
+        size = sum(len(json.dumps(e, separators=(",", ":"))) for e in dumped)
+        return dumped if size <= CARRY_EVENTS_BYTES else []
 
     def _carried_state(self) -> dict[str, Any]:
         """The projection a continued or resumed execution starts from (its lists trimmed)."""

@@ -67,6 +67,8 @@ async def test_cancel_during_slow_bash_stops_then_resume_completes(harness: Harn
     events = await harness.runs.events(run_id)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert any(e["type"] == "RunResumed" for e in events)
+    # Small runs take their events along: a plain query still answers from seq 1.
+    assert await harness.events(run_id) == events
     await harness.replay(run_id)
 
 
@@ -107,10 +109,26 @@ async def test_bug_outside_the_engine_fails_the_run(
         await asyncio.wait_for(harness.handle(run_id).result(), 30)
 
 
+async def test_a_short_run_continued_as_new_answers_every_event_itself(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_module, "HISTORY_EVENTS_LIMIT", 40)
+    turns = [{"tools": [{"name": "ls", "args": {"path": "."}}]} for _ in range(8)]
+    harness.script({"busy": [*turns, {"submit": {"summary": "done"}}]})
+    run_id = await harness.start(make_workflow([node("busy")], []))
+    first = (await harness.handle(run_id).describe()).run_id
+    assert (await harness.result(run_id)).status == "completed"
+    assert (await harness.handle(run_id).describe()).run_id != first
+    own = await harness.events(run_id)
+    assert [e["seq"] for e in own] == list(range(1, len(own) + 1))
+    assert sum(1 for e in own if e["type"] == "ToolCompleted") == 8
+
+
 async def test_long_run_continues_as_new_and_keeps_its_events(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(run_module, "HISTORY_EVENTS_LIMIT", 40)
+    monkeypatch.setattr(run_module, "CARRY_EVENTS_BYTES", 0)
     monkeypatch.setattr("openflow.engine.compact.KEEP_RECENT", 4)
     turns = [{"tools": [{"name": "ls", "args": {"path": "."}}]} for _ in range(12)]
     harness.script({"busy": [*turns, {"submit": {"summary": "done"}}]})

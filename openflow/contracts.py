@@ -103,7 +103,9 @@ class PrepareResult(_Model):
 
 
 class ModelTurnInput(_Model):
-    run_id: str
+    """One model call. `run_id` may be left empty: the activity takes its workflow id."""
+
+    run_id: str = ""
     call_id: str
     node_id: str
     model_attempt: int
@@ -124,11 +126,13 @@ class ModelTurnResult(_Model):
 
 
 class ToolBatchInput(_Model):
-    run_id: str
+    """One tool batch. Empty `run_id` / `execution_dir` are filled in by the activity."""
+
+    run_id: str = ""
     batch_id: str
     node_id: str
     calls: list[ToolCall]
-    execution_dir: str
+    execution_dir: str = ""
     side_effects: bool
     max_attempts: int = 3
     backoff_ms: int = 1000

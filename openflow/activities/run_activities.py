@@ -44,6 +44,7 @@ PREVIEW_LIMIT = 2_000
 HEARTBEAT_EVERY_S = 0.5
 HANDOFF_LIMIT = 1024 * 1024
 PROFILES_KEY = "profiles.json"
+RUN_KEY = "run.json"
 T = TypeVar("T")
 
 
@@ -187,6 +188,9 @@ class RunActivities:
                 if s.name == SEAL_TOOL
             ]
         self.store.put_bytes(inp.run_id, "catalog.json", json.dumps(catalog).encode())
+        self.store.put_bytes(
+            inp.run_id, RUN_KEY, json.dumps({"execution_dir": execution_dir}).encode()
+        )
         return c.PrepareResult(
             workflow=wf,
             profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
@@ -258,6 +262,8 @@ class RunActivities:
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
+        if not inp.run_id:
+            inp = inp.model_copy(update={"run_id": activity.info().workflow_id})
         try:
             request, transcript, tools, persisted = await asyncio.to_thread(self._prepare_turn, inp)
         except KeyNotFound:
@@ -417,6 +423,16 @@ class RunActivities:
 
     @activity.defn(name=c.ACTIVITY_TOOL_BATCH)
     async def tool_batch(self, inp: c.ToolBatchInput) -> c.ToolBatchResult:
+        if not inp.run_id:
+            inp = inp.model_copy(update={"run_id": activity.info().workflow_id})
+        if not inp.execution_dir:
+            run = self._run_file(inp.run_id, RUN_KEY)
+            folder = run.get("execution_dir") if isinstance(run, dict) else None
+            inp = inp.model_copy(
+                update={
+                    "execution_dir": str(folder or self.home / "runs" / inp.run_id / "workspace")
+                }
+            )
         from openflow.activities.tools_runner import run_batch
 
         outcome = await heartbeating(run_batch(self, inp))

@@ -314,7 +314,6 @@ class OpenFlowRun:
         provider_id = request.provider_id or self._active_provider
         inline = digest not in self._headers_sent
         arg = c.ModelTurnInput(
-            run_id=request.run_id,
             call_id=intent.call_id,
             node_id=request.node_id,
             model_attempt=intent.model_attempt,
@@ -389,7 +388,6 @@ class OpenFlowRun:
         )
         summary = f"tools · {names}" + (f" {first_path}" if first_path else "")
         arg = c.ToolBatchInput(
-            run_id=self._snapshot.run_id,
             batch_id=intent.batch_id,
             node_id=intent.node_id,
             calls=list(intent.calls),

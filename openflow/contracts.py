@@ -19,6 +19,7 @@ from openflow.engine.state import (
     TranscriptDelta,
 )
 from openflow.engine.transcript import ToolCall
+from openflow.engine.wire import OmitDefaults
 
 WORKFLOW_NAME = "OpenFlowRun"
 ACTIVITY_PREPARE = "prepare_run"
@@ -102,7 +103,7 @@ class PrepareResult(_Model):
     agents: list[CallableAgent] = Field(default_factory=list)
 
 
-class ModelTurnInput(_Model):
+class ModelTurnInput(OmitDefaults, _Model):
     """One model call. `run_id` may be left empty: the activity takes its workflow id."""
 
     run_id: str = ""
@@ -117,7 +118,7 @@ class ModelTurnInput(_Model):
     profile: dict[str, Any] = Field(default_factory=dict)
 
 
-class ModelTurnResult(_Model):
+class ModelTurnResult(OmitDefaults, _Model):
     reply: ModelReply | None = None
     failure: ProviderFailure | None = None
     reply_key: str = ""
@@ -125,7 +126,7 @@ class ModelTurnResult(_Model):
     refs_missing: bool = False
 
 
-class ToolBatchInput(_Model):
+class ToolBatchInput(OmitDefaults, _Model):
     """One tool batch. Empty `run_id` / `execution_dir` are filled in by the activity."""
 
     run_id: str = ""
@@ -138,7 +139,7 @@ class ToolBatchInput(_Model):
     backoff_ms: int = 1000
 
 
-class ToolBatchResult(_Model):
+class ToolBatchResult(OmitDefaults, _Model):
     results: list[ToolResultSummary]
     store_key: str
     interrupted: bool = False

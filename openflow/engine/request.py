@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from openflow.engine.transcript import Attachment, ReasoningBlock
+from openflow.engine.wire import OmitDefaults
 
 ToolAccessPolicy = Literal["execution", "planning"]
 Wire = Literal[
@@ -71,7 +72,7 @@ class AgentRequest(_Model):
         )
 
 
-class RawToolCall(_Model):
+class RawToolCall(OmitDefaults, _Model):
     """A tool call as the wire gave it; `arguments` is None when they could not be parsed."""
 
     id: str
@@ -90,7 +91,7 @@ class UsageReport(_Model):
     cost_usd: float | None = None
 
 
-class ModelReply(_Model):
+class ModelReply(OmitDefaults, _Model):
     """A successful wire response, not yet classified."""
 
     wire: Wire

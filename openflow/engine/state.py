@@ -17,6 +17,7 @@ from openflow.engine.events import RunEvent, SubagentStatus
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.transcript import ToolCall, TranscriptItem
+from openflow.engine.wire import OmitDefaults
 
 RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
 
@@ -330,7 +331,7 @@ class ModelFailed(_Frozen):
     refs_missing: bool = False
 
 
-class ToolResultSummary(_Frozen):
+class ToolResultSummary(OmitDefaults, _Frozen):
     """One tool result as history carries it: a capped preview; the store keeps the rest."""
 
     tool_call_id: str

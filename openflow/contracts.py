@@ -65,7 +65,6 @@ class RunInput(_Model):
     pending_intents: list[Intent] = Field(default_factory=list)
     headers_sent: list[str] = Field(default_factory=list)
     execution_dir: str | None = None
-    continue_after_events: int | None = None
     state: dict[str, Any] | None = None
     first_seq: int = 1
     previous_run_id: str | None = None
@@ -76,7 +75,6 @@ class RunResult(_Model):
     status: Literal["completed", "failed", "stopped"]
     outputs: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
-    snapshot: RunSnapshot | None = None
 
 
 class PrepareInput(_Model):

@@ -7,7 +7,7 @@ from typing import Any
 from openflow.activities.tools.base import InvalidArgs, Tool, ToolContext, ToolOutput
 from openflow.engine.transcript import ToolCall
 
-MAX_TODOS = 12
+MAX_ENTRIES = 12
 MAX_CONTENT_CHARS = 160
 STATUSES = ("pending", "in_progress", "completed")
 _MARKS = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
@@ -16,9 +16,9 @@ _MARKS = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
 def validate_todos(raw: object) -> list[dict[str, str]]:
     """1–12 items of {content (1–160 chars), status}, at most one in progress."""
     tool = TodoTool.name
-    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_TODOS:
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ENTRIES:
         raise InvalidArgs(
-            tool, f"'todos' must be a list of 1 to {MAX_TODOS} items", "send the whole list"
+            tool, f"'todos' must be a list of 1 to {MAX_ENTRIES} items", "send the whole list"
         )
     todos: list[dict[str, str]] = []
     for index, item in enumerate(raw):
@@ -59,7 +59,7 @@ class TodoTool(Tool):
             "todos": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": MAX_TODOS,
+                "maxItems": MAX_ENTRIES,
                 "items": {
                     "type": "object",
                     "properties": {

@@ -12,6 +12,7 @@ import anthropic
 from openflow.activities.providers.common import (
     DeltaSink,
     ToolCallBuffer,
+    claude_reasoning,
     first_user_text,
     max_context_tokens,
     resolved,
@@ -32,7 +33,6 @@ from openflow.activities.providers.reasoning import claude_output_limit, claude_
 from openflow.engine.request import AgentRequest, ModelReply, ToolSpec, UsageReport
 from openflow.engine.transcript import (
     AssistantItem,
-    ReasoningBlock,
     ReasoningItem,
     ToolCallItem,
     ToolResultItem,
@@ -284,14 +284,7 @@ class AnthropicMessagesProvider:
             wire="anthropic_messages",
             model=model,
             text="".join(text_parts),
-            reasoning=tuple(
-                ReasoningBlock(
-                    type="redacted" if b.get("type") == "redacted" else "text",
-                    text=b.get("text", ""),
-                    signature=b.get("signature") or None,
-                )
-                for _, b in sorted(thinking.items())
-            ),
+            reasoning=claude_reasoning(thinking),
             tool_calls=buffer.calls(),
             finish_reason=stop_reason,
             usage=report,

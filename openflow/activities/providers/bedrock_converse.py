@@ -32,6 +32,7 @@ from botocore.exceptions import (
 from openflow.activities.providers.common import (
     DeltaSink,
     ToolCallBuffer,
+    claude_reasoning,
     first_user_text,
     max_context_tokens,
     resolved,
@@ -62,7 +63,6 @@ from openflow.engine.request import (
 )
 from openflow.engine.transcript import (
     AssistantItem,
-    ReasoningBlock,
     ReasoningItem,
     ToolCallItem,
     ToolResultItem,
@@ -425,14 +425,7 @@ class BedrockConverseProvider:
             wire="bedrock_converse",
             model=model,
             text="".join(text_parts),
-            reasoning=tuple(
-                ReasoningBlock(
-                    type="redacted" if b.get("type") == "redacted" else "text",
-                    text=b.get("text", ""),
-                    signature=b.get("signature") or None,
-                )
-                for _, b in sorted(thinking.items())
-            ),
+            reasoning=claude_reasoning(thinking),
             tool_calls=buffer.calls(),
             finish_reason=stop_reason,
             usage=_usage(usage),

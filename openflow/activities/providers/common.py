@@ -13,6 +13,7 @@ from openflow.engine.request import AgentRequest, RawToolCall, ToolSpec
 from openflow.engine.transcript import (
     AssistantItem,
     Attachment,
+    ReasoningBlock,
     ReasoningItem,
     ToolCallItem,
     ToolResultItem,
@@ -57,6 +58,18 @@ CONTEXT_WINDOWS: dict[str, int] = {
     "nova-lite": 300_000,
     "nova-micro": 128_000,
 }
+
+
+def claude_reasoning(thinking: dict[int, dict[str, str]]) -> tuple[ReasoningBlock, ...]:
+    """Streamed Claude thinking blocks (by content index) as reasoning, in stream order."""
+    return tuple(
+        ReasoningBlock(
+            type="redacted" if block.get("type") == "redacted" else "text",
+            text=block.get("text", ""),
+            signature=block.get("signature") or None,
+        )
+        for _, block in sorted(thinking.items())
+    )
 
 
 def longest_fragment_match(model: str, table: dict[str, Any]) -> Any | None:
@@ -207,6 +220,7 @@ class ToolCallBuffer:
 
 
 __all__ = [
+    "claude_reasoning",
     "CONTEXT_WINDOWS",
     "DeltaSink",
     "ResolvedItem",

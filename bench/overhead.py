@@ -87,7 +87,7 @@ async def _run(
     client: Client, home: Path, wf: Workflow, script: dict[str, Any]
 ) -> tuple[float, str]:
     write_scripted_settings(home, script, exhausted="echo")
-    queue = f"bench-{uuid.uuid4()}"
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
     runs = Runs(client, queue)
     async with build_worker(client, queue, home):
         started = time.perf_counter()
@@ -112,14 +112,33 @@ async def overhead(client: Client, home: Path, turns: int) -> tuple[float, float
     return per_turn, floor
 
 
-async def history_per_turn(
-    client: Client, home: Path, turns: int
-) -> tuple[float, float, float, int]:
+class NodeHistory:
+    """History and transcript of one node's run of tool turns."""
+
+    def __init__(self, turns: int, events: int, size: int, produced: int) -> None:
+        self.turns = turns
+        self.events = events
+        self.size = size
+        self.produced = produced
+
+    @property
+    def per_turn(self) -> float:
+        return self.size / self.turns
+
+    @property
+    def beyond(self) -> float:
+        """History bytes a turn beyond what it newly produced (what its turns added to the
+        node's transcript: the assistant message, the tool call, the tool result)."""
+        return (self.size - self.produced) / self.turns
+
+
+async def history_per_turn(client: Client, home: Path, turns: int) -> NodeHistory:
     _, run_id = await _run(client, home, single(), {"busy": tool_turns(turns, MESSAGE)})
     events, size, _ = await _history(client, run_id)
-    listing_bytes = len("\n".join(sorted(os.listdir(home / "runs" / run_id / "workspace"))))
-    produced = len(MESSAGE) + listing_bytes
-    return events / turns, size / turns, size / turns - produced, size
+    lines = (home / "runs" / run_id / "transcripts" / "busy.jsonl").read_bytes().splitlines()
+    # The node's input is written once before its first turn; every later line is a turn's own.
+    produced = sum(len(line) + 1 for line in lines[1:])
+    return NodeHistory(turns, events, size, produced)
 
 
 async def tool_turn_overhead(client: Client, home: Path, turns: int) -> tuple[float, float]:
@@ -208,16 +227,21 @@ async def main_async(turns: int, quick: bool) -> None:
             short = await history_per_turn(client, home, 10)
             long = await history_per_turn(client, home, 40 if quick else 200)
             print("history per model turn, 2 KB assistant messages, one tool call a turn")
+            for node in (short, long):
+                print(
+                    f"  {node.turns:3d}-turn node    : {node.events / node.turns:5.1f} events "
+                    f"{node.per_turn:8.0f} bytes  {node.beyond:+7.0f} beyond new content"
+                )
             print(
-                f"  10-turn node     : {short[0]:5.1f} events  {short[1]:8.0f} bytes  {short[2]:+7.0f} beyond new content"
+                f"  bytes ratio long/short: {long.per_turn / short.per_turn:.3f}  (goal within 1.10)"
             )
+            span = long.turns - short.turns
+            marginal = (long.size - short.size) / span
+            beyond = marginal - (long.produced - short.produced) / span
             print(
-                f"  {40 if quick else 200}-turn node    : {long[0]:5.1f} events  {long[1]:8.0f} bytes  {long[2]:+7.0f} beyond new content"
+                f"  marginal per turn from {short.turns} to {long.turns} turns: {marginal:8.0f} bytes, "
+                f"{beyond:+5.0f} beyond new content  (goal <= 1024)"
             )
-            print(f"  bytes ratio long/short: {long[1] / short[1]:.3f}  (goal within 1.10)")
-            long_turns = 40 if quick else 200
-            marginal = (long[3] - short[3]) / (long_turns - 10)
-            print(f"  marginal bytes per turn from 10 to {long_turns} turns: {marginal:8.0f}")
             per_activity, floor_step = await tool_turn_overhead(client, home, turns)
             print(f"tool turns on one node ({turns} turns, a model turn and a tool batch each)")
             print(f"  OpenFlowRun      : {per_activity:7.2f} ms/activity")

@@ -7,6 +7,7 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -107,21 +108,15 @@ class ModelTurnInput(OmitDefaults, _Model):
     run_id: str = ""
     call_id: str
     node_id: str
-    model_attempt: int
+    model_attempt: int = 1
     turn_index: int
     header_digest: str
     header: AgentRequest | None = None
     delta: TranscriptDelta
     provider_id: str
     profile: dict[str, Any] = Field(default_factory=dict)
-
-
-class ModelTurnResult(OmitDefaults, _Model):
-    reply: ModelReply | None = None
-    failure: ProviderFailure | None = None
-    reply_key: str = ""
-    persisted_len: int | None = None
-    refs_missing: bool = False
+    #: Run the reply's calls at once when all are reads the node lets through (see `tools`).
+    eager: bool = False
 
 
 class ToolBatchInput(OmitDefaults, _Model):
@@ -137,13 +132,48 @@ class ToolBatchInput(OmitDefaults, _Model):
     backoff_ms: int = 1000
 
 
+class ToolResultWire(ToolResultSummary):
+    """A tool result in an activity's answer; a model turn's results leave out the call's id and
+    name, which are its reply's calls in order."""
+
+    tool_call_id: str = ""
+    tool_name: str = ""
+
+
 class ToolBatchResult(OmitDefaults, _Model):
-    results: list[ToolResultSummary]
-    store_key: str
+    results: list[ToolResultWire]
+    #: Where the full results are stored; empty means the key its batch or model turn implies
+    #: (`batch_key`, `reply_key`), from `store_index` on.
+    store_key: str = ""
+    store_index: int = 0
     interrupted: bool = False
     changed_files: list[dict[str, Any]] = Field(default_factory=list)
     reads: list[dict[str, Any]] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def _segment(text: str) -> str:
+    return quote(text, safe="-_.")
+
+
+def reply_key(node_id: str, call_id: str) -> str:
+    """Where a model turn stores its reply's items (and the results of calls it ran at once)."""
+    return f"replies/{_segment(node_id)}/{_segment(call_id)}.json"
+
+
+def batch_key(batch_id: str) -> str:
+    """Where a tool batch stores its full results."""
+    return f"batches/{_segment(batch_id)}.json"
+
+
+class ModelTurnResult(OmitDefaults, _Model):
+    reply: ModelReply | None = None
+    failure: ProviderFailure | None = None
+    reply_key: str = ""
+    persisted_len: int | None = None
+    refs_missing: bool = False
+    #: The reply's calls, run in the same activity when all of them were `eager_tools`.
+    tools: ToolBatchResult | None = None
 
 
 class HandoffInput(_Model):
@@ -175,6 +205,9 @@ class EventsQuery(_Model):
 
 
 __all__ = [
+    "ToolResultWire",
+    "batch_key",
+    "reply_key",
     "ACTIVITY_HANDOFF",
     "ACTIVITY_MODEL_TURN",
     "ACTIVITY_PREPARE",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +32,14 @@ FAILURE_TYPES: list[type[BaseException]] = [
     TypeError,
     ValueError,
 ]
+
+
+def build_id() -> str:
+    """The worker's build id as history records it: the package version, short and readable."""
+    try:
+        return "openflow-" + importlib.metadata.version("openflow-temporal")
+    except importlib.metadata.PackageNotFoundError:
+        return "openflow"
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -91,6 +100,7 @@ def build_worker(
         workflow_failure_exception_types=FAILURE_TYPES,
         max_concurrent_activities=max_concurrent_activities,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        build_id=build_id(),
         graceful_shutdown_timeout=timedelta(seconds=2),
     )
 
@@ -102,4 +112,11 @@ async def connect(address: str, namespace: str = "default") -> Client:
     )
 
 
-__all__ = ["FAILURE_TYPES", "build_worker", "connect", "make_activities", "sandbox_runner"]
+__all__ = [
+    "FAILURE_TYPES",
+    "build_id",
+    "build_worker",
+    "connect",
+    "make_activities",
+    "sandbox_runner",
+]

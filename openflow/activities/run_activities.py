@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,12 +28,12 @@ from openflow.activities.providers.scripted import ScriptedProvider, ScriptError
 from openflow.activities.store import KeyNotFound, RunStore
 from openflow.engine.advance import reply_items
 from openflow.engine.errors import WorkflowFormatError
-from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
+from openflow.engine.policy import EAGER_TOOLS, HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
 from openflow.engine.state import StoredItemRef
 from openflow.engine.subagents import snapshot_agents
-from openflow.engine.transcript import ToolResultItem, TranscriptItem
+from openflow.engine.transcript import ToolCall, ToolResultItem, TranscriptItem
 from openflow.live import LiveChannel
 from openflow.paths import agents_path
 from openflow.settings import AppSettings, ProviderProfile, load_settings
@@ -46,6 +47,11 @@ HANDOFF_LIMIT = 1024 * 1024
 PROFILES_KEY = "profiles.json"
 RUN_KEY = "run.json"
 T = TypeVar("T")
+_CACHE_LOCK = threading.Lock()
+
+
+def _line(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
 def preview(text: str, limit: int = PREVIEW_LIMIT) -> str:
@@ -113,6 +119,7 @@ class RunActivities:
         self._locks: dict[str, Any] = {}
         self._caches: dict[str, Any] = {}
         self._files: dict[tuple[str, str], Any] = {}
+        self._transcripts: dict[tuple[str, str], tuple[list[str], list[TranscriptItem]]] = {}
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
         self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
@@ -250,15 +257,29 @@ class RunActivities:
             header = AgentRequest.model_validate_json(self.store.get_bytes(inp.run_id, header_key))
         request = header.model_copy(update={"turn_index": inp.turn_index})
         transcript_key = f"transcripts/{handoff_segment(inp.node_id)}.jsonl"
-        lines = [self._resolve(inp.run_id, item) for item in inp.delta.items]
+        blobs: dict[str, list[Any]] = {}
+        lines = [
+            line for item in inp.delta.items for line in self._resolve(inp.run_id, item, blobs)
+        ]
         persisted = self.store.append_lines(
             inp.run_id, transcript_key, lines, expected_len=inp.delta.base_len
         )
-        transcript = [
-            _ITEM.validate_json(line) for line in self.store.read_lines(inp.run_id, transcript_key)
-        ]
+        transcript = self._transcript(inp.run_id, transcript_key)
         tools = self._offered(inp.run_id, request.tool_names)
         return request, transcript, tools, persisted
+
+    def _transcript(self, run_id: str, key: str) -> list[TranscriptItem]:
+        """The stored transcript's items; lines read before are not parsed again."""
+        lines = self.store.read_lines(run_id, key)
+        seen_lines, seen_items = self._transcripts.get((run_id, key), ([], []))
+        items: list[TranscriptItem] = []
+        for i, line in enumerate(lines):
+            if i < len(seen_lines) and seen_lines[i] == line:
+                items.append(seen_items[i])
+            else:
+                items.append(_ITEM.validate_json(line))
+        self._remember(self._transcripts, (run_id, key), (lines, items), limit=64)
+        return items
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
@@ -316,17 +337,26 @@ class RunActivities:
                     },
                 )
         reply = compact_reply(self._priced(reply, request.model))
-        reply_key = f"replies/{handoff_segment(inp.node_id)}/{handoff_segment(inp.call_id)}.json"
-        items = reply_items(reply)
-        # Not synced: history holds the reply, so if a crash loses this copy the next call finds
-        # its reference missing and the engine sends the items themselves.
+        tools, results = await self._eager_tools(inp, request, reply)
+        items: list[TranscriptItem] = [*reply_items(reply), *results]
+        if tools is not None:
+            # The reply's calls name these results, in order: history need not repeat them.
+            anonymous = [
+                r.model_copy(update={"tool_call_id": "", "tool_name": ""}) for r in tools.results
+            ]
+            tools = tools.model_copy(
+                update={"results": anonymous, "store_index": len(items) - len(results)}
+            )
+        # Without tool results the blob is a cache of history: unsynced, and if a crash loses it
+        # the next call finds its reference missing and the engine sends the items themselves.
+        # With them it is their only full copy, so it is synced.
         await asyncio.to_thread(
-            functools.partial(self.store.put_bytes, sync=False),
+            functools.partial(self.store.put_bytes, sync=bool(results)),
             inp.run_id,
-            reply_key,
+            c.reply_key(inp.node_id, inp.call_id),
             _ITEMS.dump_json(items),
         )
-        return c.ModelTurnResult(reply=reply, reply_key=reply_key, persisted_len=persisted)
+        return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=tools)
 
     def _profile(self, inp: c.ModelTurnInput) -> dict[str, Any]:
         """The profile the run started with, as prepare_run stored it (keys never included)."""
@@ -350,11 +380,22 @@ class RunActivities:
         usage = reply.usage.model_copy(update={"cost_usd": cost})
         return reply.model_copy(update={"usage": usage})
 
-    def _resolve(self, run_id: str, item: Any) -> str:
-        if isinstance(item, StoredItemRef):
-            stored = json.loads(self.store.get_bytes(run_id, item.store_key))
-            return json.dumps(stored[item.index], separators=(",", ":"), sort_keys=True)
-        return json.dumps(item.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+    def _resolve(self, run_id: str, item: Any, blobs: dict[str, list[Any]]) -> list[str]:
+        """The transcript lines of one delta item: itself, or the stored items it refers to."""
+        if not isinstance(item, StoredItemRef):
+            return [_line(item.model_dump(mode="json"))]
+        stored = blobs.get(item.store_key)
+        if stored is None:
+            try:
+                stored = json.loads(self.store.get_bytes(run_id, item.store_key))
+            except ValueError as exc:
+                raise KeyNotFound(f"{item.store_key} cannot be read: {exc}") from exc
+            if not isinstance(stored, list):
+                raise KeyNotFound(f"{item.store_key} is not a stored item list")
+            blobs[item.store_key] = stored
+        if item.index < 0 or item.index + item.count > len(stored):
+            raise KeyNotFound(f"{item.store_key} holds fewer items than referred to")
+        return [_line(x) for x in stored[item.index : item.index + item.count]]
 
     def _offered(self, run_id: str, names: tuple[str, ...]) -> list[ToolSpec]:
         if not names:
@@ -382,9 +423,12 @@ class RunActivities:
 
     @staticmethod
     def _remember(cache: dict[Any, Any], key: Any, value: Any, limit: int = 256) -> None:
-        if len(cache) >= limit:
-            cache.pop(next(iter(cache)))
-        cache[key] = value
+        """Keep `value` under `key`, dropping the least recently stored entry beyond `limit`."""
+        with _CACHE_LOCK:
+            cache.pop(key, None)
+            while len(cache) >= limit:
+                cache.pop(next(iter(cache)))
+            cache[key] = value
 
     def _settings(self) -> AppSettings:
         """settings.json, parsed again only when the file changes."""
@@ -425,6 +469,21 @@ class RunActivities:
     async def tool_batch(self, inp: c.ToolBatchInput) -> c.ToolBatchResult:
         if not inp.run_id:
             inp = inp.model_copy(update={"run_id": activity.info().workflow_id})
+        return await self._run_tools(inp)
+
+    async def _run_tools(self, inp: c.ToolBatchInput) -> c.ToolBatchResult:
+        """Run one batch, store its full results and return what history keeps."""
+        result, full = await self._execute_tools(inp)
+        # Synced: this is the only full copy of the tools' output (history keeps previews).
+        await asyncio.to_thread(
+            self.store.put_bytes, inp.run_id, c.batch_key(inp.batch_id), _ITEMS.dump_json(full)
+        )
+        return result
+
+    async def _execute_tools(
+        self, inp: c.ToolBatchInput
+    ) -> tuple[c.ToolBatchResult, list[TranscriptItem]]:
+        """Run one batch (heartbeating): its result for history and its full result items."""
         if not inp.execution_dir:
             run = self._run_file(inp.run_id, RUN_KEY)
             folder = run.get("execution_dir") if isinstance(run, dict) else None
@@ -436,13 +495,8 @@ class RunActivities:
         from openflow.activities.tools_runner import run_batch
 
         outcome = await heartbeating(run_batch(self, inp))
-        store_key = f"batches/{handoff_segment(inp.batch_id)}.json"
-        full = [ToolResultItem(result=r) for r in outcome.results]
-        # Synced: this is the only full copy of the tools' output (history keeps previews).
-        await asyncio.to_thread(
-            self.store.put_bytes, inp.run_id, store_key, _ITEMS.dump_json(list(full))
-        )
-        return c.ToolBatchResult(
+        full: list[TranscriptItem] = [ToolResultItem(result=r) for r in outcome.results]
+        result = c.ToolBatchResult(
             results=[
                 {
                     "tool_call_id": r.tool_call_id,
@@ -454,12 +508,43 @@ class RunActivities:
                 }
                 for r in outcome.results
             ],
-            store_key=store_key,
             interrupted=outcome.interrupted,
             changed_files=outcome.changed_files,
             reads=outcome.reads,
             events=outcome.events,
         )
+        return result, full
+
+    async def _eager_tools(
+        self, inp: c.ModelTurnInput, request: AgentRequest, reply: ModelReply
+    ) -> tuple[c.ToolBatchResult | None, list[TranscriptItem]]:
+        """Run the reply's calls now when every one is a read the node lets through unasked.
+
+        The engine still decides: the workflow feeds these results only for a batch of exactly
+        these calls planned from this reply; reads run twice change nothing when it does not.
+        """
+        calls = reply.tool_calls
+        allowed = EAGER_TOOLS.intersection(request.tool_names) if inp.eager else set()
+        if not calls or not all(
+            call.name in allowed and call.arguments is not None for call in calls
+        ):
+            return None, []
+        batch = c.ToolBatchInput(
+            run_id=inp.run_id,
+            batch_id=f"{inp.call_id}-tools",
+            node_id=inp.node_id,
+            calls=[
+                ToolCall(
+                    id=call.id,
+                    name=call.name,
+                    arguments=call.arguments or {},
+                    provider_call_id=call.provider_call_id,
+                )
+                for call in calls
+            ],
+            side_effects=False,
+        )
+        return await self._execute_tools(batch)
 
     # --- handoffs -----------------------------------------------------------------------
 

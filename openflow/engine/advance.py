@@ -17,7 +17,7 @@ from typing import Any, assert_never
 from openflow.engine import prompts
 from openflow.engine.classify import classify_failure
 from openflow.engine.graph import workflow_problems
-from openflow.engine.policy import SEAL_TOOL
+from openflow.engine.policy import EAGER_TOOLS, SEAL_TOOL, approval_decision
 from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.state import (
     ApprovalDecided,
@@ -185,11 +185,12 @@ class _Run(Subagents):
         for node_id in sorted(self.s.nodes):
             if node_id in self.by_id and not self.child_blocked(node_id):
                 self.dispatch_child(node_id)
-        for node in sorted(self.wf.nodes, key=lambda n: n.id):
-            if node.id not in self.s.nodes:
+        for node_id in sorted(self.s.nodes):
+            ns = self.s.nodes[node_id]
+            if ns.has_output or node_id not in self.by_id or self.blocked(node_id):
                 continue
-            if self.ready(node.id) and not self.blocked(node.id):
-                self.dispatch_model(node.id)
+            if self.ready(node_id):
+                self.dispatch_model(node_id)
                 if self.s.terminal_error is not None:
                     self.fail_run()
                     return
@@ -460,7 +461,9 @@ class _Run(Subagents):
                 continue
             index, result = found
             origin = (
-                StoredItemRef(store_key=fact.store_key, index=index) if fact.store_key else None
+                StoredItemRef(store_key=fact.store_key, index=fact.store_index + index)
+                if fact.store_key
+                else None
             )
             self.add_result(
                 node_id,
@@ -684,6 +687,24 @@ def start(
     return _finish(run)
 
 
+def eager_tools(snapshot: RunSnapshot, node_id: str, offered: Iterable[str]) -> tuple[str, ...]:
+    """The read-tier tools a node's model turn may run as soon as the model asks for them.
+
+    The shell may then feed their results for the batch the engine plans from that reply, if the
+    engine plans exactly those calls in the same step; otherwise the results are dropped and the
+    batch runs as usual. Empty when the node's approval mode would ask before a read.
+    """
+    node = snapshot.workflow.find_node(node_id)
+    ns = snapshot.nodes.get(node_id)
+    if node is None or ns is None:
+        return ()
+    patched = ns.runtime_patch.get("approval_mode")
+    mode = patched if isinstance(patched, str) else str(node.agent.tools.approval_mode or "write")
+    if approval_decision(mode, "read") != "allow":
+        return ()
+    return tuple(sorted(set(offered) & EAGER_TOOLS))
+
+
 def advance(snapshot: RunSnapshot, facts: Sequence[Fact], now_ms: int) -> Plan:
     """Fold facts into the run and plan what comes next."""
     run = _Run(snapshot, now_ms)
@@ -752,6 +773,7 @@ __all__ = [
     "advance",
     "backoff_delay_ms",
     "check",
+    "eager_tools",
     "error_text",
     "jitter_ms",
     "reply_items",

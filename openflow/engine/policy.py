@@ -13,6 +13,9 @@ Concurrency = Literal["shared", "exclusive", "node_exclusive"]
 READ_TIER_TOOLS = frozenset(
     {"read", "ls", "search", "find", "ast_grep", "web_search", "openflow_update_todo_list"}
 )
+#: Read-tier tools a model turn may run right after its reply, inside the same activity, when the
+#: node's approval mode lets reads through: running one twice changes nothing.
+EAGER_TOOLS = frozenset({"read", "ls", "search", "find", "ast_grep"})
 DECLARE_SUBAGENTS = "openflow_declare_subagents"
 CALL_SUBAGENT = "openflow_call_subagent"
 RUNTIME_TOOLS = (DECLARE_SUBAGENTS, CALL_SUBAGENT)
@@ -191,6 +194,7 @@ def batch_has_side_effects(names: list[str], arguments: list[dict[str, Any]]) ->
 
 
 __all__ = [
+    "EAGER_TOOLS",
     "CALL_SUBAGENT",
     "DECLARE_SUBAGENTS",
     "NON_SOURCE_PLAN_REASON",

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_validator,
+)
 
 from openflow.engine.transcript import Attachment, ReasoningBlock
 from openflow.engine.wire import OmitDefaults
@@ -90,6 +97,13 @@ class UsageReport(_Model):
     cache_creation_input_tokens: int = 0
     cost_usd: float | None = None
 
+    @model_validator(mode="after")
+    def _total(self) -> UsageReport:
+        # A total left out (history omits one that is the plain sum) is the sum.
+        if not self.total_tokens and (self.prompt_tokens or self.completion_tokens):
+            object.__setattr__(self, "total_tokens", self.prompt_tokens + self.completion_tokens)
+        return self
+
 
 class ModelReply(OmitDefaults, _Model):
     """A successful wire response, not yet classified."""
@@ -103,6 +117,18 @@ class ModelReply(OmitDefaults, _Model):
     usage: UsageReport | None = None
     max_context_tokens: int | None = None
     streamed: bool = False
+
+    @field_serializer("usage", mode="wrap")
+    def _usage(self, value: UsageReport | None, handler: SerializerFunctionWrapHandler) -> Any:
+        """Usage without its zero counts (they read back as the defaults they are)."""
+        data = handler(value)
+        if not isinstance(data, dict):
+            return data
+        if data.get("total_tokens") == data.get("prompt_tokens", 0) + data.get(
+            "completion_tokens", 0
+        ):
+            data = {k: v for k, v in data.items() if k != "total_tokens"}
+        return {k: v for k, v in data.items() if v is not None and (k == "cost_usd" or v != 0)}
 
 
 ProviderErrorKind = Literal["transient", "permanent", "failed", "truncated", "interrupted"]

@@ -35,6 +35,7 @@ from openflow.engine.state import (
     RunSnapshot,
     StoredItemRef,
     TranscriptDelta,
+    pack_refs,
 )
 from openflow.engine.transcript import (
     ToolCall,
@@ -367,7 +368,7 @@ class RunBase:
         items: list[Any] = []
         for item, origin in zip(ns.transcript[start:], ns.origins[start:], strict=True):
             items.append(origin if origin is not None and not inline else item)
-        return TranscriptDelta(base_len=ns.persisted_len, items=tuple(items))
+        return TranscriptDelta(base_len=ns.persisted_len, items=pack_refs(items))
 
 
 __all__ = ["RunBase"]

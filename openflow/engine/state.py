@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from openflow.engine.events import RunEvent, SubagentStatus
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
@@ -34,11 +41,37 @@ class _Frozen(BaseModel):
 
 
 class StoredItemRef(_Frozen):
-    """A transcript item whose content the run store already holds (a reply or a batch)."""
+    """Transcript items whose content the run store already holds (a reply or a batch): `count`
+    items of the JSON list at `store_key`, from `index` on."""
 
     kind: Literal["stored_ref"] = "stored_ref"
     store_key: str
     index: int
+    count: int = 1
+
+    @model_serializer(mode="wrap")
+    def _short(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("count") == 1:
+            del data["count"]
+        return data
+
+
+def pack_refs(items: Iterable[Any]) -> tuple[Any, ...]:
+    """Delta items with runs of consecutive references into one stored list merged into one."""
+    packed: list[Any] = []
+    for item in items:
+        last = packed[-1] if packed else None
+        if (
+            isinstance(item, StoredItemRef)
+            and isinstance(last, StoredItemRef)
+            and last.store_key == item.store_key
+            and last.index + last.count == item.index
+        ):
+            packed[-1] = last.model_copy(update={"count": last.count + item.count})
+        else:
+            packed.append(item)
+    return tuple(packed)
 
 
 DeltaItem = Annotated[
@@ -347,6 +380,8 @@ class ToolsFinished(_Frozen):
     batch_id: str
     results: tuple[ToolResultSummary, ...]
     store_key: str = ""
+    #: Where the first result sits in the stored list (a model turn stores its reply first).
+    store_index: int = 0
     interrupted: bool = False
     changed_files: tuple[dict[str, Any], ...] = ()
     reads: tuple[dict[str, Any], ...] = ()
@@ -530,6 +565,7 @@ __all__ = [
     "RunTools",
     "SleepUntil",
     "StoredItemRef",
+    "pack_refs",
     "SubagentRecord",
     "TimerFired",
     "ToolResultSummary",

@@ -67,6 +67,7 @@ from openflow.engine.state import (
     SubagentRecord,
     ToolsFinished,
     TranscriptDelta,
+    pack_refs,
 )
 from openflow.engine.transcript import (
     AssistantItem,
@@ -448,7 +449,7 @@ class Subagents(Turns):
                 request=request,
                 delta=TranscriptDelta(
                     base_len=child.persisted_len,
-                    items=tuple(
+                    items=pack_refs(
                         origin if origin is not None and not inline else item
                         for item, origin in zip(
                             child.transcript[child.persisted_len :],
@@ -755,7 +756,9 @@ class Subagents(Turns):
                 continue
             index, result = found
             origin = (
-                StoredItemRef(store_key=fact.store_key, index=index) if fact.store_key else None
+                StoredItemRef(store_key=fact.store_key, index=fact.store_index + index)
+                if fact.store_key
+                else None
             )
             self.child_result(
                 node_id,

@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ToolsOutcomeUnknown,
         WriteHandoff,
     )
+    from openflow.engine.transcript import ToolCall
 
 _EVENT = TypeAdapter(RunEvent)
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
@@ -109,6 +110,8 @@ class OpenFlowRun:
         self._execution_dir = ""
         self._last_attrs: tuple[str, tuple[str, ...]] | None = None
         self._deferred: list[Intent] | None = None
+        # Tool results a model turn brought back with its reply, by node, for this step only.
+        self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult]] = {}
 
     # --- the run ------------------------------------------------------------------------
 
@@ -224,6 +227,8 @@ class OpenFlowRun:
             if isinstance(f, InputGiven | ApprovalDecided | RetryRequested | MessageSent)
         )
         self._apply(plan, [])
+        # Eager results answer only a batch planned in the step that took their reply.
+        self._eager.clear()
 
     def _apply(self, plan: Plan, carried: list[Intent]) -> None:
         self._snapshot = plan.snapshot
@@ -275,7 +280,8 @@ class OpenFlowRun:
         if isinstance(intent, CallModel):
             self._spawn(intent.call_id, self._model_turn(intent))
         elif isinstance(intent, RunTools):
-            self._spawn(intent.batch_id, self._tool_batch(intent))
+            if not self._take_eager(intent):
+                self._spawn(intent.batch_id, self._tool_batch(intent))
         elif isinstance(intent, WriteHandoff):
             self._spawn(f"handoff:{intent.node_id}", self._handoff(intent))
         elif isinstance(intent, SleepUntil):
@@ -291,6 +297,38 @@ class OpenFlowRun:
                     task.cancel()
             for timer in self._timers.values():
                 timer.cancel()
+
+    def _take_eager(self, intent: RunTools) -> bool:
+        """Answer a batch with the results its model turn already brought, if they are its own."""
+        found = self._eager.pop(intent.node_id, None)
+        if found is None:
+            return False
+        calls, result = found
+        if calls != tuple((call.id, call.name, call.arguments) for call in intent.calls):
+            return False
+        self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls))
+        return True
+
+    @staticmethod
+    def _tools_finished(
+        batch_id: str, result: c.ToolBatchResult, calls: tuple[ToolCall, ...]
+    ) -> ToolsFinished:
+        named = []
+        for i, r in enumerate(result.results):
+            data = r.model_dump()
+            if not r.tool_call_id and i < len(calls):
+                data.update(tool_call_id=calls[i].id, tool_name=calls[i].name)
+            named.append(ToolResultSummary.model_validate(data))
+        return ToolsFinished(
+            batch_id=batch_id,
+            results=tuple(named),
+            store_key=result.store_key or c.batch_key(batch_id),
+            store_index=result.store_index,
+            interrupted=result.interrupted,
+            changed_files=tuple(result.changed_files),
+            reads=tuple(result.reads),
+            events=tuple(result.events),
+        )
 
     def _spawn(self, work_id: str, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
@@ -310,9 +348,15 @@ class OpenFlowRun:
     async def _model_turn(self, intent: CallModel) -> None:
         request = intent.request
         header = request.model_copy(update={"turn_index": 0})
-        digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:32]
+        digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:16]
         provider_id = request.provider_id or self._active_provider
         inline = digest not in self._headers_sent
+        assert self._snapshot is not None
+        eager = (
+            engine.eager_tools(self._snapshot, intent.node_id, request.tool_names)
+            if intent.purpose == "node"
+            else ()
+        )
         arg = c.ModelTurnInput(
             call_id=intent.call_id,
             node_id=request.node_id,
@@ -322,6 +366,7 @@ class OpenFlowRun:
             header=header if inline else None,
             delta=intent.delta,
             provider_id=provider_id,
+            eager=bool(eager),
         )
         try:
             result = await workflow.execute_activity(
@@ -332,7 +377,8 @@ class OpenFlowRun:
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=NO_RETRY,
                 cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-                summary=f"model turn · {intent.node_id} · attempt {intent.model_attempt}",
+                summary=f"model turn · {intent.node_id}"
+                + (f" · attempt {intent.model_attempt}" if intent.model_attempt > 1 else ""),
             )
         except ActivityError as exc:
             self._headers_sent.discard(digest)
@@ -351,12 +397,21 @@ class OpenFlowRun:
             return
         self._headers_sent.add(digest)
         if result.reply is not None:
+            if result.tools is not None:
+                calls = tuple(
+                    (call.id, call.name, call.arguments) for call in result.reply.tool_calls
+                )
+                stored = result.tools.store_key or c.reply_key(arg.node_id, arg.call_id)
+                self._eager[intent.node_id] = (
+                    calls,
+                    result.tools.model_copy(update={"store_key": stored}),
+                )
             self._facts.append(
                 ModelReplied(
                     call_id=intent.call_id,
                     node_id=intent.node_id,
                     reply=result.reply,
-                    reply_key=result.reply_key,
+                    reply_key=result.reply_key or c.reply_key(arg.node_id, arg.call_id),
                     persisted_len=result.persisted_len,
                 )
             )
@@ -391,7 +446,6 @@ class OpenFlowRun:
             batch_id=intent.batch_id,
             node_id=intent.node_id,
             calls=list(intent.calls),
-            execution_dir=self._execution_dir,
             side_effects=intent.side_effects,
             max_attempts=policy.max_attempts,
             backoff_ms=policy.backoff_ms,
@@ -432,17 +486,7 @@ class OpenFlowRun:
             return
         except asyncio.CancelledError:
             return
-        self._facts.append(
-            ToolsFinished(
-                batch_id=intent.batch_id,
-                results=tuple(result.results),
-                store_key=result.store_key,
-                interrupted=result.interrupted,
-                changed_files=tuple(result.changed_files),
-                reads=tuple(result.reads),
-                events=tuple(result.events),
-            )
-        )
+        self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls))
 
     async def _handoff(self, intent: WriteHandoff) -> None:
         assert self._snapshot is not None

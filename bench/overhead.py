@@ -30,7 +30,7 @@ from bench.floor import bare_workflow_ms_per_step, replay_ms_per_activity, start
 from openflow.client import Runs
 from openflow.engine.spec import Workflow
 from openflow.testing import write_scripted_settings
-from openflow.worker import build_worker, sandbox_runner
+from openflow.worker import build_worker, workflow_runner
 from openflow.workflows.run import OpenFlowRun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,10 +76,15 @@ def single(node_id: str = "busy") -> Workflow:
     )
 
 
-def tool_turns(n: int, say: str = "") -> list[dict[str, Any]]:
-    turns: list[dict[str, Any]] = [
-        {"tools": [{"name": "ls", "args": {"path": "."}}], "say": say} for _ in range(n)
-    ]
+def tool_turns(n: int, say: str = "", tool: str = "ls") -> list[dict[str, Any]]:
+    """n turns that each call one tool (`ls`, a read; or `write`, a side effect), then a submit."""
+
+    def call(i: int) -> dict[str, Any]:
+        if tool == "write":
+            return {"name": "write", "args": {"path": f"notes/{i}.txt", "content": f"note {i}"}}
+        return {"name": tool, "args": {"path": "."}}
+
+    turns: list[dict[str, Any]] = [{"tools": [call(i)], "say": say} for i in range(n)]
     return [*turns, {"submit": {"summary": "done"}, "say": say}]
 
 
@@ -141,12 +146,19 @@ async def history_per_turn(client: Client, home: Path, turns: int) -> NodeHistor
     return NodeHistory(turns, events, size, produced)
 
 
-async def tool_turn_overhead(client: Client, home: Path, turns: int) -> tuple[float, float]:
-    """Milliseconds per activity of a node that calls a tool every turn, and the floor."""
-    await _run(client, home, single(), {"busy": tool_turns(5)})
-    elapsed, _ = await _run(client, home, single(), {"busy": tool_turns(turns)})
-    activities = 2 * turns + 1
-    return elapsed * 1000 / activities, await bare_workflow_ms_per_step(client, activities)
+async def tool_turn_overhead(
+    client: Client, home: Path, turns: int, tool: str
+) -> tuple[float, float, int]:
+    """Milliseconds per turn of a node that calls `tool` every turn, the floor per step, and the
+    activities a turn takes (a read runs inside the model turn; a write is a batch of its own)."""
+    await _run(client, home, single(), {"busy": tool_turns(5, tool=tool)})
+    elapsed, run_id = await _run(client, home, single(), {"busy": tool_turns(turns, tool=tool)})
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    activities = sum(
+        1 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+    )
+    per_turn = round((activities - 2) / turns)  # less prepare_run and the submit turn
+    return elapsed * 1000 / turns, await bare_workflow_ms_per_step(client, turns), per_turn
 
 
 async def replay(client: Client, home: Path, turns: int) -> tuple[float, float]:
@@ -155,7 +167,7 @@ async def replay(client: Client, home: Path, turns: int) -> tuple[float, float]:
     replayer = Replayer(
         workflows=[OpenFlowRun],
         data_converter=client.data_converter,
-        workflow_runner=sandbox_runner(),
+        workflow_runner=workflow_runner(),
     )
     started = time.perf_counter()
     await replayer.replay_workflow(history)
@@ -242,14 +254,20 @@ async def main_async(turns: int, quick: bool) -> None:
                 f"  marginal per turn from {short.turns} to {long.turns} turns: {marginal:8.0f} bytes, "
                 f"{beyond:+5.0f} beyond new content  (goal <= 1024)"
             )
-            per_activity, floor_step = await tool_turn_overhead(client, home, turns)
-            print(f"tool turns on one node ({turns} turns, a model turn and a tool batch each)")
-            print(f"  OpenFlowRun      : {per_activity:7.2f} ms/activity")
-            print(f"  bare floor       : {floor_step:7.2f} ms/step")
-            print(f"  ratio            : {per_activity / floor_step:7.2f}x")
+            for tool in ("ls", "write"):
+                per_turn, floor_step, acts = await tool_turn_overhead(client, home, turns, tool)
+                print(
+                    f"{turns} turns on one node calling `{tool}` ({acts} activit{'y' if acts == 1 else 'ies'} a turn)"
+                )
+                print(f"  OpenFlowRun      : {per_turn:7.2f} ms/turn")
+                print(f"  bare floor       : {floor_step:7.2f} ms/step")
+                print(
+                    f"  ratio            : {per_turn / floor_step:7.2f}x per turn, "
+                    f"{per_turn / (acts * floor_step):.2f}x per activity"
+                )
             n = 100 if quick else 500
             ours, bare = await replay(client, home, n)
-            print(f"replay of a {n}-turn run ({2 * n} activities: model turn + tool batch a turn)")
+            print(f"replay of a {n}-turn run (a model turn calling `ls` each: {n} activities)")
             print(f"  OpenFlowRun      : {ours:8.1f} ms")
             print(f"  bare {n}-activity : {bare:8.1f} ms")
             print(f"  ratio            : {ours / bare:7.2f}x  (goal <= 2x)")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.metadata
+import os
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 import pydantic
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from openflow.activities.run_activities import RunActivities
@@ -40,6 +42,20 @@ def build_id() -> str:
         return "openflow-" + importlib.metadata.version("openflow-temporal")
     except importlib.metadata.PackageNotFoundError:
         return "openflow"
+
+
+def workflow_runner(sandboxed: bool | None = None) -> WorkflowRunner:
+    """How the worker runs OpenFlowRun.
+
+    Users never write workflow code here: their workflows are data, and OpenFlowRun is ours,
+    deterministic by construction (the engine is pure and every workflow test replays its
+    history under the sandbox). So by default it runs without the sandbox, whose cost per
+    activation is about a third of a model turn's orchestration; `sandboxed=True` or
+    OPENFLOW_WORKFLOW_SANDBOX=1 turns it on.
+    """
+    if sandboxed is None:
+        sandboxed = os.environ.get("OPENFLOW_WORKFLOW_SANDBOX", "").strip() in ("1", "true", "yes")
+    return sandbox_runner() if sandboxed else UnsandboxedWorkflowRunner()
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -82,21 +98,37 @@ def _default_provider_factory() -> Any:
     return provider_for
 
 
+_FROZEN = False
+
+
+def _freeze_loaded() -> None:
+    """Keep what the process has loaded (SDKs, schemas, the engine), which lives as long as it,
+    out of the cyclic collector: its full passes over all of it otherwise stall turns for up to
+    ~100 ms. Done once, after a collection, so no garbage is frozen with it."""
+    global _FROZEN
+    if not _FROZEN:
+        _FROZEN = True
+        gc.collect()
+        gc.freeze()
+
+
 def build_worker(
     client: Client,
     task_queue: str,
     home: Path,
     activities: RunActivities | None = None,
     max_concurrent_activities: int = 64,
+    sandboxed: bool | None = None,
 ) -> Worker:
     """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds."""
     acts = activities or make_activities(home)
+    _freeze_loaded()
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[OpenFlowRun],
         activities=acts.all(),
-        workflow_runner=sandbox_runner(),
+        workflow_runner=workflow_runner(sandboxed),
         workflow_failure_exception_types=FAILURE_TYPES,
         max_concurrent_activities=max_concurrent_activities,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
@@ -119,4 +151,5 @@ __all__ = [
     "connect",
     "make_activities",
     "sandbox_runner",
+    "workflow_runner",
 ]

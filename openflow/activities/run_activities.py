@@ -7,8 +7,8 @@ worker; none of them ever travels in an input or a result.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -119,6 +119,8 @@ class RunActivities:
         self._locks: dict[str, Any] = {}
         self._caches: dict[str, Any] = {}
         self._files: dict[tuple[str, str], Any] = {}
+        self._writes: set[concurrent.futures.Future[None]] = set()
+        self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
         self._transcripts: dict[tuple[str, str], tuple[list[str], list[TranscriptItem]]] = {}
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
@@ -249,9 +251,7 @@ class RunActivities:
         header_key = f"headers/{inp.header_digest}.json"
         if inp.header is not None:
             if not self.store.exists(inp.run_id, header_key):
-                self.store.put_bytes(
-                    inp.run_id, header_key, inp.header.model_dump_json().encode(), sync=False
-                )
+                self._cache_blob(inp.run_id, header_key, inp.header.model_dump_json().encode())
             header = inp.header
         else:
             header = AgentRequest.model_validate_json(self.store.get_bytes(inp.run_id, header_key))
@@ -347,16 +347,42 @@ class RunActivities:
             tools = tools.model_copy(
                 update={"results": anonymous, "store_index": len(items) - len(results)}
             )
-        # Without tool results the blob is a cache of history: unsynced, and if a crash loses it
-        # the next call finds its reference missing and the engine sends the items themselves.
-        # With them it is their only full copy, so it is synced.
-        await asyncio.to_thread(
-            functools.partial(self.store.put_bytes, sync=bool(results)),
-            inp.run_id,
-            c.reply_key(inp.node_id, inp.call_id),
-            _ITEMS.dump_json(items),
-        )
+        key = c.reply_key(inp.node_id, inp.call_id)
+        if results:
+            # The only full copy of the tools' output: synced before history records the turn.
+            await asyncio.to_thread(self.store.put_bytes, inp.run_id, key, _ITEMS.dump_json(items))
+        else:
+            self._cache_blob(inp.run_id, key, _ITEMS.dump_json(items))
         return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=tools)
+
+    def _cache_blob(self, run_id: str, key: str, data: bytes) -> None:
+        """Store a blob that only caches what history holds, off the turn's critical path.
+
+        Unsynced and written in the background: if it is lost (a crash) or not there yet when a
+        later call looks, that call reports its reference missing and the engine sends the items
+        themselves.
+        """
+
+        def write() -> None:
+            try:
+                self.store.put_bytes(run_id, key, data, sync=False)
+            except Exception as exc:  # a cache write failing only costs a resend
+                log.warning("could not store %s for run %s: %s", key, run_id, exc)
+
+        future = self._writer.submit(write)
+        with _CACHE_LOCK:
+            self._writes.add(future)
+        future.add_done_callback(self._written)
+
+    def _written(self, future: concurrent.futures.Future[None]) -> None:
+        with _CACHE_LOCK:
+            self._writes.discard(future)
+
+    def flush(self) -> None:
+        """Wait for the background writes this worker has started."""
+        with _CACHE_LOCK:
+            pending = list(self._writes)
+        concurrent.futures.wait(pending)
 
     def _profile(self, inp: c.ModelTurnInput) -> dict[str, Any]:
         """The profile the run started with, as prepare_run stored it (keys never included)."""

@@ -148,6 +148,12 @@ def _complete_lines(data: bytes) -> list[bytes]:
     return [] if end < 0 else data[:end].split(b"\n")
 
 
+def _sync(fd: int) -> None:
+    """Flush a file's data, and the metadata needed to read it back, to the disk."""
+    # fdatasync skips what reading does not need (times): about half the cost of fsync here.
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
 def _merge_log(data: bytes, new: bytes, expected_len: int, where: str) -> tuple[bytes, int]:
     lines = _complete_lines(data)
     if len(lines) < expected_len:
@@ -193,7 +199,7 @@ class FileRunStore:
                 handle.write(data)
                 if self.fsync and sync:
                     handle.flush()
-                    os.fsync(handle.fileno())
+                    _sync(handle.fileno())
             os.replace(temp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -243,7 +249,7 @@ class FileRunStore:
             handle.write(new)
             handle.flush()
             if self.fsync:
-                os.fsync(handle.fileno())
+                _sync(handle.fileno())
         return length
 
     def read_lines(self, run_id: str, key: str, start: int = 0) -> builtins.list[str]:

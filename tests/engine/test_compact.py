@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from openflow.engine import advance as engine
 from openflow.engine.compact import compact
 from openflow.engine.request import ModelReply, RawToolCall
@@ -123,3 +125,77 @@ def test_missing_references_are_resent_as_items() -> None:
     assert not [e for e in lost.events if e.type in ("NodeErrored", "NodeRetrying")]
     after = engine.advance(lost.snapshot, [], 2)
     assert after.intents == ()
+
+
+def test_a_reply_and_results_stored_together_are_one_reference() -> None:
+    from openflow.engine.state import StoredItemRef
+
+    plan = engine.start(WF, "run", 0, entrypoint_text="go", tool_names=["ls"])
+    call = plan.intents[0]
+    reply = ModelReply(
+        wire="scripted",
+        text="looking",
+        tool_calls=(RawToolCall(id="c0", name="ls", arguments={"path": "."}),),
+    )
+    plan = engine.advance(
+        plan.snapshot,
+        [ModelReplied(call_id=call.call_id, node_id="busy", reply=reply, reply_key="r0")],
+        1,
+    )
+    batch = plan.intents[0]
+    assert batch.kind == "run_tools"
+    # A model turn that ran its reads stores them after the reply's two items, in one list.
+    plan = engine.advance(
+        plan.snapshot,
+        [
+            ToolsFinished(
+                batch_id=batch.batch_id,
+                results=(ToolResultSummary(tool_call_id="c0", tool_name="ls", content="a.txt"),),
+                store_key="r0",
+                store_index=2,
+            )
+        ],
+        2,
+    )
+    delta = plan.intents[0].delta
+    assert delta.items == (StoredItemRef(store_key="r0", index=0, count=3),)
+    assert '"count":3' in delta.model_dump_json()
+    assert "count" not in StoredItemRef(store_key="r0", index=0).model_dump_json()
+
+
+def test_pack_refs_merges_only_adjacent_runs_of_one_list() -> None:
+    from openflow.engine.state import StoredItemRef, pack_refs
+    from openflow.engine.transcript import UserItem
+
+    a0, a1, a3 = (StoredItemRef(store_key="a", index=i) for i in (0, 1, 3))
+    b2 = StoredItemRef(store_key="b", index=2)
+    note = UserItem(content="note")
+    packed = pack_refs([a0, a1, a3, b2, note, StoredItemRef(store_key="b", index=3)])
+    assert packed == (
+        StoredItemRef(store_key="a", index=0, count=2),
+        a3,
+        b2,
+        note,
+        StoredItemRef(store_key="b", index=3),
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "eager"),
+    [
+        ("yolo", ("find", "ls", "read")),
+        ("write", ("find", "ls", "read")),
+        ("read_only", ("find", "ls", "read")),
+        ("always_ask", ()),
+    ],
+)
+def test_reads_a_turn_may_run_at_once_follow_the_approval_mode(
+    mode: str, eager: tuple[str, ...]
+) -> None:
+    data = WF.model_dump(by_alias=True)
+    data["nodes"][0]["agent"]["tools"]["approvalMode"] = mode
+    wf = Workflow.model_validate(data)
+    plan = engine.start(wf, "run", 0, entrypoint_text="go", tool_names=["ls", "read", "find"])
+    offered = ("bash", "find", "ls", "read", "write")
+    assert engine.eager_tools(plan.snapshot, "busy", offered) == eager
+    assert engine.eager_tools(plan.snapshot, "nobody", offered) == ()

@@ -1,0 +1,102 @@
+"""What a model turn reads from and writes to the run store, and what history carries of it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from openflow import contracts as c
+from openflow.activities.store import KeyNotFound
+from openflow.engine.request import AgentRequest, ModelReply, UsageReport
+from openflow.engine.state import StoredItemRef, TranscriptDelta
+from openflow.engine.transcript import AssistantItem, ToolResult, ToolResultItem, UserItem
+from openflow.worker import make_activities
+
+HEADER = AgentRequest(workflow_id="wf", node_id="busy", node_label="Busy", model="m")
+
+
+def _turn(delta: TranscriptDelta, call: str = "model:busy-3") -> c.ModelTurnInput:
+    return c.ModelTurnInput(
+        run_id="run-1",
+        call_id=call,
+        node_id="busy",
+        turn_index=1,
+        header_digest="0123456789abcdef",
+        header=HEADER,
+        delta=delta,
+        provider_id="scripted",
+    )
+
+
+def _store_list(acts: object, key: str, items: list[object]) -> None:
+    data = json.dumps([item.model_dump(mode="json") for item in items]).encode()  # type: ignore[attr-defined]
+    acts.store.put_bytes("run-1", key, data)  # type: ignore[attr-defined]
+
+
+def test_a_packed_reference_appends_every_item_it_names(tmp_path: Path) -> None:
+    acts = make_activities(tmp_path, provider_factory=None)
+    reply = [AssistantItem(content="looking"), UserItem(content="unused")]
+    result = ToolResultItem(result=ToolResult(tool_call_id="c1", tool_name="ls", content="a.txt"))
+    _store_list(acts, "replies/busy/r.json", [reply[0], result])
+    delta = TranscriptDelta(
+        base_len=0,
+        items=(
+            UserItem(content="go"),
+            StoredItemRef(store_key="replies/busy/r.json", index=0, count=2),
+        ),
+    )
+    _, transcript, _, persisted = acts._prepare_turn(_turn(delta))
+    assert persisted == 3
+    assert transcript == [UserItem(content="go"), reply[0], result]
+    # The next turn reuses what it parsed; a later line that changed is parsed again.
+    again = TranscriptDelta(base_len=2, items=(UserItem(content="instead"),))
+    _, transcript, _, persisted = acts._prepare_turn(_turn(again, "model:busy-4"))
+    assert persisted == 3
+    assert transcript == [UserItem(content="go"), reply[0], UserItem(content="instead")]
+
+
+def test_a_reference_past_the_stored_list_reports_it_missing(tmp_path: Path) -> None:
+    acts = make_activities(tmp_path, provider_factory=None)
+    _store_list(acts, "replies/busy/r.json", [AssistantItem(content="only one")])
+    delta = TranscriptDelta(
+        base_len=0, items=(StoredItemRef(store_key="replies/busy/r.json", index=0, count=2),)
+    )
+    with pytest.raises(KeyNotFound):
+        acts._prepare_turn(_turn(delta))
+    acts.store.put_bytes("run-1", "replies/busy/torn.json", b'[{"kind":')
+    torn = TranscriptDelta(
+        base_len=0, items=(StoredItemRef(store_key="replies/busy/torn.json", index=0),)
+    )
+    with pytest.raises(KeyNotFound):
+        acts._prepare_turn(_turn(torn))
+
+
+def test_history_leaves_out_zero_usage_and_a_total_that_is_the_sum() -> None:
+    reply = ModelReply(
+        wire="scripted",
+        text="hi",
+        usage=UsageReport(prompt_tokens=10, completion_tokens=5, total_tokens=15, cost_usd=0.0),
+    )
+    wire = json.loads(reply.model_dump_json())
+    assert wire["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.0}
+    back = ModelReply.model_validate(wire)
+    assert back == reply and back.usage is not None and back.usage.total_tokens == 15
+    odd = UsageReport(prompt_tokens=10, completion_tokens=5, total_tokens=40, cached_input_tokens=3)
+    dumped = json.loads(ModelReply(wire="scripted", usage=odd).model_dump_json())["usage"]
+    assert dumped == {
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 40,
+        "cached_input_tokens": 3,
+    }
+    # Events keep the whole shape.
+    assert set(odd.model_dump()) >= {"cache_creation_input_tokens", "cost_usd"}
+
+
+def test_store_keys_history_leaves_out_are_the_ones_activities_use() -> None:
+    assert c.reply_key("a b", "model:a b-3") == "replies/a%20b/model%3Aa%20b-3.json"
+    assert c.batch_key("batch-4") == "batches/batch-4.json"
+    result = c.ToolBatchResult(results=[c.ToolResultWire(content="x")], store_index=2)
+    assert json.loads(result.model_dump_json()) == {"results": [{"content": "x"}], "store_index": 2}

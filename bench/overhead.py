@@ -126,23 +126,20 @@ class NodeHistory:
         self.size = size
         self.produced = produced
 
-    @property
-    def per_turn(self) -> float:
-        return self.size / self.turns
-
-    @property
-    def beyond(self) -> float:
-        """History bytes a turn beyond what it newly produced (what its turns added to the
-        node's transcript: the assistant message, the tool call, the tool result)."""
-        return (self.size - self.produced) / self.turns
+    def per_turn(self, base: NodeHistory) -> tuple[float, float, float]:
+        """Events, bytes and bytes beyond new content a turn, less what a run of the same node
+        with no tool turn costs (its start, its submit turn and its end). New content is what
+        the turns added to the node's transcript: the assistant message, the call, the result."""
+        events = (self.events - base.events) / self.turns
+        size = (self.size - base.size) / self.turns
+        return events, size, size - (self.produced - base.produced) / self.turns
 
 
 async def history_per_turn(client: Client, home: Path, turns: int) -> NodeHistory:
     _, run_id = await _run(client, home, single(), {"busy": tool_turns(turns, MESSAGE)})
     events, size, _ = await _history(client, run_id)
     lines = (home / "runs" / run_id / "transcripts" / "busy.jsonl").read_bytes().splitlines()
-    # The node's input is written once before its first turn; every later line is a turn's own.
-    produced = sum(len(line) + 1 for line in lines[1:])
+    produced = sum(len(line) + 1 for line in lines)
     return NodeHistory(turns, events, size, produced)
 
 
@@ -236,24 +233,21 @@ async def main_async(turns: int, quick: bool) -> None:
             print(f"  OpenFlowRun      : {per_turn:7.2f} ms/turn")
             print(f"  bare floor       : {floor:7.2f} ms/step")
             print(f"  ratio            : {per_turn / floor:7.2f}x  (goal <= 1.5x)")
+            base = await history_per_turn(client, home, 0)
             short = await history_per_turn(client, home, 10)
             long = await history_per_turn(client, home, 40 if quick else 200)
-            print("history per model turn, 2 KB assistant messages, one tool call a turn")
-            for node in (short, long):
+            print("history per model turn, 2 KB assistant messages, one `ls` call a turn")
+            print(
+                f"  a run with no tool turn: {base.events} events, {base.size} bytes "
+                "(start, submit turn, end; left out below)"
+            )
+            rows = [node.per_turn(base) for node in (short, long)]
+            for node, (events, size, beyond) in zip((short, long), rows, strict=True):
                 print(
-                    f"  {node.turns:3d}-turn node    : {node.events / node.turns:5.1f} events "
-                    f"{node.per_turn:8.0f} bytes  {node.beyond:+7.0f} beyond new content"
+                    f"  {node.turns:3d}-turn node    : {events:5.1f} events "
+                    f"{size:8.0f} bytes  {beyond:+7.0f} beyond new content  (goal <= 1024)"
                 )
-            print(
-                f"  bytes ratio long/short: {long.per_turn / short.per_turn:.3f}  (goal within 1.10)"
-            )
-            span = long.turns - short.turns
-            marginal = (long.size - short.size) / span
-            beyond = marginal - (long.produced - short.produced) / span
-            print(
-                f"  marginal per turn from {short.turns} to {long.turns} turns: {marginal:8.0f} bytes, "
-                f"{beyond:+5.0f} beyond new content  (goal <= 1024)"
-            )
+            print(f"  bytes ratio long/short: {rows[1][1] / rows[0][1]:.3f}  (goal within 1.10)")
             for tool in ("ls", "write"):
                 per_turn, floor_step, acts = await tool_turn_overhead(client, home, turns, tool)
                 print(

@@ -182,14 +182,19 @@ class _Run(Subagents):
                 continue
             if not self.batch_waits(batch):
                 self.dispatch_batch(batch)
-        for node_id in sorted(self.s.nodes):
-            if node_id in self.by_id and not self.child_blocked(node_id):
+        nodes = self.s.nodes
+        for node_id in sorted(nodes):
+            child_ready = nodes[node_id].child is not None and node_id in self.by_id
+            if child_ready and not self.child_blocked(node_id):
                 self.dispatch_child(node_id)
-        for node_id in sorted(self.s.nodes):
-            ns = self.s.nodes[node_id]
-            if ns.has_output or node_id not in self.by_id or self.blocked(node_id):
+        for node_id in sorted(nodes):
+            ns = nodes[node_id]
+            if ns.has_output or node_id not in self.by_id:
                 continue
-            if self.ready(node_id):
+            # Cheapest first: a node with a parent still at work cannot start.
+            if not all(nodes[p].has_output for p in self.parents_of(node_id) if p in nodes):
+                continue
+            if not self.blocked(node_id) and self.ready(node_id):
                 self.dispatch_model(node_id)
                 if self.s.terminal_error is not None:
                     self.fail_run()

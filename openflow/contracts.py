@@ -157,8 +157,14 @@ def _segment(text: str) -> str:
 
 
 def reply_key(node_id: str, call_id: str) -> str:
-    """Where a model turn stores its reply's items (and the results of calls it ran at once)."""
+    """Where a model turn's reply items were stored before turns wrote them to the transcript;
+    histories recorded then refer to it."""
     return f"replies/{_segment(node_id)}/{_segment(call_id)}.json"
+
+
+def transcript_key(node_id: str) -> str:
+    """A conversation's transcript: one TranscriptItem a line."""
+    return f"transcripts/{_segment(node_id)}.jsonl"
 
 
 def batch_key(batch_id: str) -> str:
@@ -174,6 +180,8 @@ class ModelTurnResult(OmitDefaults, _Model):
     refs_missing: bool = False
     #: The reply's calls, run in the same activity when all of them were `eager_tools`.
     tools: ToolBatchResult | None = None
+    #: The reply's items (then `tools`' full results) are transcript lines from `persisted_len`.
+    in_transcript: bool = False
 
 
 class HandoffInput(_Model):
@@ -205,6 +213,7 @@ class EventsQuery(_Model):
 
 
 __all__ = [
+    "transcript_key",
     "ToolResultWire",
     "batch_key",
     "reply_key",

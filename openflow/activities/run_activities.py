@@ -256,15 +256,13 @@ class RunActivities:
         else:
             header = AgentRequest.model_validate_json(self.store.get_bytes(inp.run_id, header_key))
         request = header.model_copy(update={"turn_index": inp.turn_index})
-        transcript_key = f"transcripts/{handoff_segment(inp.node_id)}.jsonl"
+        key = c.transcript_key(inp.node_id)
         blobs: dict[str, list[Any]] = {}
         lines = [
-            line for item in inp.delta.items for line in self._resolve(inp.run_id, item, blobs)
+            line for item in inp.delta.items for line in self._resolve(inp.run_id, item, blobs, key)
         ]
-        persisted = self.store.append_lines(
-            inp.run_id, transcript_key, lines, expected_len=inp.delta.base_len
-        )
-        transcript = self._transcript(inp.run_id, transcript_key)
+        persisted = self.store.append_lines(inp.run_id, key, lines, expected_len=inp.delta.base_len)
+        transcript = self._transcript(inp.run_id, key)
         tools = self._offered(inp.run_id, request.tool_names)
         return request, transcript, tools, persisted
 
@@ -347,13 +345,24 @@ class RunActivities:
             tools = tools.model_copy(
                 update={"results": anonymous, "store_index": len(items) - len(results)}
             )
-        key = c.reply_key(inp.node_id, inp.call_id)
-        if results:
-            # The only full copy of the tools' output: synced before history records the turn.
-            await asyncio.to_thread(self.store.put_bytes, inp.run_id, key, _ITEMS.dump_json(items))
-        else:
-            self._cache_blob(inp.run_id, key, _ITEMS.dump_json(items))
-        return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=tools)
+        # The reply (and any results) go straight after what this turn sent, synced: the next
+        # turn finds them in place, and they are the only full copy of the tools' output.
+        await asyncio.to_thread(self._keep_reply, inp, persisted, items)
+        return c.ModelTurnResult(
+            reply=reply, persisted_len=persisted, tools=tools, in_transcript=True
+        )
+
+    def _keep_reply(
+        self, inp: c.ModelTurnInput, persisted: int, items: list[TranscriptItem]
+    ) -> None:
+        key = c.transcript_key(inp.node_id)
+        lines = [_line(item.model_dump(mode="json")) for item in items]
+        self.store.append_lines(inp.run_id, key, lines, expected_len=persisted)
+        seen = self._transcripts.get((inp.run_id, key))
+        if seen is not None and len(seen[0]) == persisted:
+            self._remember(
+                self._transcripts, (inp.run_id, key), ([*seen[0], *lines], [*seen[1], *items]), 64
+            )
 
     def _cache_blob(self, run_id: str, key: str, data: bytes) -> None:
         """Store a blob that only caches what history holds, off the turn's critical path.
@@ -406,10 +415,20 @@ class RunActivities:
         usage = reply.usage.model_copy(update={"cost_usd": cost})
         return reply.model_copy(update={"usage": usage})
 
-    def _resolve(self, run_id: str, item: Any, blobs: dict[str, list[Any]]) -> list[str]:
-        """The transcript lines of one delta item: itself, or the stored items it refers to."""
+    def _resolve(
+        self, run_id: str, item: Any, blobs: dict[str, list[Any]], transcript_key: str
+    ) -> list[str]:
+        """The transcript lines of one delta item: itself, or the stored items it refers to
+        (an empty key: lines of the transcript itself, read before this turn appends)."""
         if not isinstance(item, StoredItemRef):
             return [_line(item.model_dump(mode="json"))]
+        if not item.store_key:
+            own = blobs.get("")
+            if own is None:
+                own = blobs[""] = self.store.read_lines(run_id, transcript_key)
+            if item.index < 0 or item.index + item.count > len(own):
+                raise KeyNotFound(f"{transcript_key} holds fewer lines than referred to")
+            return list(own[item.index : item.index + item.count])
         stored = blobs.get(item.store_key)
         if stored is None:
             try:

@@ -243,6 +243,8 @@ class FileRunStore:
             data = handle.read()
             merged, length = _merge_log(data, new, expected_len, f"{run_id}/{key}")
             keep = len(merged) - len(new)
+            if keep == len(data) and not new:
+                return length  # nothing to write: the log is already what the caller expects
             if keep != len(data):
                 handle.truncate(keep)
             handle.seek(keep)

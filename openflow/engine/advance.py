@@ -40,12 +40,13 @@ from openflow.engine.state import (
     RunSnapshot,
     RunStatus,
     RunTools,
-    StoredItemRef,
     SubagentRecord,
     TimerFired,
     ToolsFinished,
     ToolsOutcomeUnknown,
     WriteHandoff,
+    stored_reply,
+    stored_result,
 )
 from openflow.engine.subagents import Subagents, snapshot_agents
 from openflow.engine.transcript import UserItem
@@ -362,7 +363,7 @@ class _Run(Subagents):
         if fact.persisted_len is not None:
             ns.persisted_len = fact.persisted_len
         ns.calls_done += 1
-        self.on_reply(node_id, fact.reply, fact.reply_key)
+        self.on_reply(node_id, fact.reply, stored_reply(fact))
 
     def on_model_failed(self, fact: ModelFailed) -> None:
         parent = self.take_child_call(fact.call_id)
@@ -465,11 +466,7 @@ class _Run(Subagents):
             if found is None:
                 continue
             index, result = found
-            origin = (
-                StoredItemRef(store_key=fact.store_key, index=fact.store_index + index)
-                if fact.store_key
-                else None
-            )
+            origin = stored_result(fact, index)
             self.add_result(
                 node_id,
                 call,

@@ -35,6 +35,7 @@ from openflow.engine.state import (
     RunSnapshot,
     StoredItemRef,
     TranscriptDelta,
+    in_place,
     pack_refs,
 )
 from openflow.engine.transcript import (
@@ -365,6 +366,11 @@ class RunBase:
         start = max(ns.persisted_len - ns.transcript_offset, 0)
         inline = ns.inline_next
         ns.inline_next = False
+        if not inline:
+            # What the last model turn wrote to the transcript itself is there already.
+            held = in_place(ns.origins[start:], ns.persisted_len)
+            ns.persisted_len += held
+            start += held
         items: list[Any] = []
         for item, origin in zip(ns.transcript[start:], ns.origins[start:], strict=True):
             items.append(origin if origin is not None and not inline else item)

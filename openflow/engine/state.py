@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -42,7 +42,8 @@ class _Frozen(BaseModel):
 
 class StoredItemRef(_Frozen):
     """Transcript items whose content the run store already holds (a reply or a batch): `count`
-    items of the JSON list at `store_key`, from `index` on."""
+    items of the JSON list at `store_key`, from `index` on. An empty `store_key` means lines of
+    the conversation's own transcript: a model turn writes its reply there itself."""
 
     kind: Literal["stored_ref"] = "stored_ref"
     store_key: str
@@ -55,6 +56,21 @@ class StoredItemRef(_Frozen):
         if isinstance(data, dict) and data.get("count") == 1:
             del data["count"]
         return data
+
+
+def reply_origins(reply_key: str, start: int, count: int) -> list[StoredItemRef]:
+    """Where a reply's items are stored: its own list, or the transcript from line `start`."""
+    return [StoredItemRef(store_key=reply_key, index=start + i) for i in range(count)]
+
+
+def in_place(origins: Sequence[StoredItemRef | None], base_len: int) -> int:
+    """How many leading items the transcript already holds at their places from `base_len` on."""
+    held = 0
+    for origin in origins:
+        if origin is None or origin.store_key or origin.index != base_len + held:
+            break
+        held += 1
+    return held
 
 
 def pack_refs(items: Iterable[Any]) -> tuple[Any, ...]:
@@ -352,6 +368,8 @@ class ModelReplied(_Frozen):
     reply: ModelReply
     reply_key: str = ""
     persisted_len: int | None = None
+    #: The activity wrote the reply's items to the transcript from line `persisted_len` on.
+    in_transcript: bool = False
 
 
 class ModelFailed(_Frozen):
@@ -382,10 +400,33 @@ class ToolsFinished(_Frozen):
     store_key: str = ""
     #: Where the first result sits in the stored list (a model turn stores its reply first).
     store_index: int = 0
+    #: The results are lines of the transcript from `store_index` on (a model turn ran them).
+    in_transcript: bool = False
     interrupted: bool = False
     changed_files: tuple[dict[str, Any], ...] = ()
     reads: tuple[dict[str, Any], ...] = ()
     events: tuple[dict[str, Any], ...] = ()
+
+
+def stored_reply(fact: ModelReplied) -> list[StoredItemRef] | None:
+    """Where the store holds the reply's items (`reply_items` order), or None."""
+    from openflow.engine.protocol import reply_items
+
+    count = len(reply_items(fact.reply))
+    if fact.in_transcript and fact.persisted_len is not None:
+        return reply_origins("", fact.persisted_len, count)
+    if fact.reply_key:
+        return reply_origins(fact.reply_key, 0, count)
+    return None
+
+
+def stored_result(fact: ToolsFinished, index: int) -> StoredItemRef | None:
+    """Where the store holds the batch's `index`-th full result, or None."""
+    if fact.in_transcript:
+        return StoredItemRef(store_key="", index=fact.store_index + index)
+    if fact.store_key:
+        return StoredItemRef(store_key=fact.store_key, index=fact.store_index + index)
+    return None
 
 
 class ToolsOutcomeUnknown(_Frozen):
@@ -565,7 +606,11 @@ __all__ = [
     "RunTools",
     "SleepUntil",
     "StoredItemRef",
+    "in_place",
     "pack_refs",
+    "reply_origins",
+    "stored_reply",
+    "stored_result",
     "SubagentRecord",
     "TimerFired",
     "ToolResultSummary",

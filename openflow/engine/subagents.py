@@ -67,7 +67,10 @@ from openflow.engine.state import (
     SubagentRecord,
     ToolsFinished,
     TranscriptDelta,
+    in_place,
     pack_refs,
+    stored_reply,
+    stored_result,
 )
 from openflow.engine.transcript import (
     AssistantItem,
@@ -441,6 +444,10 @@ class Subagents(Turns):
         child.in_flight = InFlightCall(call_id=call_id, model_attempt=attempt, kind="subagent")
         inline = child.inline_next
         child.inline_next = False
+        if not inline:
+            child.persisted_len += in_place(
+                child.origins[child.persisted_len :], child.persisted_len
+            )
         self.intents.append(
             CallModel(
                 call_id=call_id,
@@ -495,14 +502,18 @@ class Subagents(Turns):
         self.report_usage(sid, reply)
         _system, schema, mode, _model = self.child_config(node_id, child)
         outcome = classify_reply(reply, schema).outcome
-        refs = {
-            _compact(item.model_dump(mode="json")): StoredItemRef(store_key=fact.reply_key, index=i)
-            for i, item in enumerate(reply_items(reply))
-        }
+        stored = stored_reply(fact)
+        refs = (
+            {
+                _compact(item.model_dump(mode="json")): origin
+                for item, origin in zip(reply_items(reply), stored, strict=True)
+            }
+            if stored is not None
+            else {}
+        )
 
         def keep(item: TranscriptItem) -> None:
-            origin = refs.get(_compact(item.model_dump(mode="json"))) if fact.reply_key else None
-            self.child_append(node_id, item, origin)
+            self.child_append(node_id, item, refs.get(_compact(item.model_dump(mode="json"))))
 
         for block in reply.reasoning:
             if block.type in ("text", "summary") and block.text.strip():
@@ -755,11 +766,7 @@ class Subagents(Turns):
             if found is None:
                 continue
             index, result = found
-            origin = (
-                StoredItemRef(store_key=fact.store_key, index=fact.store_index + index)
-                if fact.store_key
-                else None
-            )
+            origin = stored_result(fact, index)
             self.child_result(
                 node_id,
                 call,

@@ -9,6 +9,7 @@ and output repair. Subagents and the reducer in `advance` build on top.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, assert_never
 
 from pydantic import ValidationError
@@ -81,24 +82,28 @@ class Turns(RunBase):
 
     # --- model replies ------------------------------------------------------------------
 
-    def on_reply(self, node_id: str, reply: ModelReply, reply_key: str) -> None:
-        """Apply a node's classified reply (spec 3.4)."""
+    def on_reply(
+        self, node_id: str, reply: ModelReply, stored: Sequence[StoredItemRef] | None = None
+    ) -> None:
+        """Apply a node's classified reply (spec 3.4); `stored` says where the run store holds
+        each of `reply_items(reply)`, so the items the node keeps are sent by reference."""
         ns = self.node(node_id)
         agent = self.by_id[node_id].agent
         self.report_usage(node_id, reply)
         headings = self.markdown_headings(node_id)
         result = classify_reply(reply, submission_schema(agent), headings)
-        candidates = reply_items(reply)
-        refs = {
-            json.dumps(item.model_dump(mode="json"), sort_keys=True): StoredItemRef(
-                store_key=reply_key, index=i
-            )
-            for i, item in enumerate(candidates)
-        }
+        refs = (
+            {
+                json.dumps(item.model_dump(mode="json"), sort_keys=True): origin
+                for item, origin in zip(reply_items(reply), stored, strict=True)
+            }
+            if stored is not None
+            else {}
+        )
 
         def keep(item: TranscriptItem) -> None:
             key = json.dumps(item.model_dump(mode="json"), sort_keys=True)
-            self.append(node_id, item, refs.get(key) if reply_key else None)
+            self.append(node_id, item, refs.get(key))
 
         for block in reply.reasoning:
             if block.type in ("text", "summary") and block.text.strip():

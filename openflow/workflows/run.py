@@ -111,7 +111,7 @@ class OpenFlowRun:
         self._last_attrs: tuple[str, tuple[str, ...]] | None = None
         self._deferred: list[Intent] | None = None
         # Tool results a model turn brought back with its reply, by node, for this step only.
-        self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult]] = {}
+        self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult, int | None]] = {}
 
     # --- the run ------------------------------------------------------------------------
 
@@ -303,16 +303,21 @@ class OpenFlowRun:
         found = self._eager.pop(intent.node_id, None)
         if found is None:
             return False
-        calls, result = found
+        calls, result, lines_from = found
         if calls != tuple((call.id, call.name, call.arguments) for call in intent.calls):
             return False
-        self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls))
+        self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls, lines_from))
         return True
 
     @staticmethod
     def _tools_finished(
-        batch_id: str, result: c.ToolBatchResult, calls: tuple[ToolCall, ...]
+        batch_id: str,
+        result: c.ToolBatchResult,
+        calls: tuple[ToolCall, ...],
+        lines_from: int | None = None,
     ) -> ToolsFinished:
+        """The engine's fact for a batch's result; `lines_from` when a model turn ran it and
+        wrote the results to the transcript, its reply's first line there."""
         named = []
         for i, r in enumerate(result.results):
             data = r.model_dump()
@@ -322,8 +327,9 @@ class OpenFlowRun:
         return ToolsFinished(
             batch_id=batch_id,
             results=tuple(named),
-            store_key=result.store_key or c.batch_key(batch_id),
-            store_index=result.store_index,
+            store_key="" if lines_from is not None else result.store_key or c.batch_key(batch_id),
+            store_index=result.store_index + (lines_from or 0),
+            in_transcript=lines_from is not None,
             interrupted=result.interrupted,
             changed_files=tuple(result.changed_files),
             reads=tuple(result.reads),
@@ -401,18 +407,23 @@ class OpenFlowRun:
                 calls = tuple(
                     (call.id, call.name, call.arguments) for call in result.reply.tool_calls
                 )
-                stored = result.tools.store_key or c.reply_key(arg.node_id, arg.call_id)
-                self._eager[intent.node_id] = (
-                    calls,
-                    result.tools.model_copy(update={"store_key": stored}),
-                )
+                if result.in_transcript:
+                    self._eager[intent.node_id] = (calls, result.tools, result.persisted_len or 0)
+                else:
+                    stored = result.tools.store_key or c.reply_key(arg.node_id, arg.call_id)
+                    tools = result.tools.model_copy(update={"store_key": stored})
+                    self._eager[intent.node_id] = (calls, tools, None)
+            reply_key = result.reply_key
+            if not reply_key and not result.in_transcript:
+                reply_key = c.reply_key(arg.node_id, arg.call_id)
             self._facts.append(
                 ModelReplied(
                     call_id=intent.call_id,
                     node_id=intent.node_id,
                     reply=result.reply,
-                    reply_key=result.reply_key or c.reply_key(arg.node_id, arg.call_id),
+                    reply_key=reply_key,
                     persisted_len=result.persisted_len,
+                    in_transcript=result.in_transcript,
                 )
             )
         else:

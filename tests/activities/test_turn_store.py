@@ -100,3 +100,23 @@ def test_store_keys_history_leaves_out_are_the_ones_activities_use() -> None:
     assert c.batch_key("batch-4") == "batches/batch-4.json"
     result = c.ToolBatchResult(results=[c.ToolResultWire(content="x")], store_index=2)
     assert json.loads(result.model_dump_json()) == {"results": [{"content": "x"}], "store_index": 2}
+
+
+def test_a_reference_to_the_transcript_is_read_before_the_turn_rewrites_it(
+    tmp_path: Path,
+) -> None:
+    acts = make_activities(tmp_path, provider_factory=None)
+    written = [AssistantItem(content="a"), AssistantItem(content="b"), AssistantItem(content="c")]
+    delta = TranscriptDelta(base_len=0, items=tuple(written))
+    acts._prepare_turn(_turn(delta))
+    # The engine keeps line 0, drops line 1 and moves line 2 after nothing else: one rewrite.
+    moved = TranscriptDelta(
+        base_len=1,
+        items=(StoredItemRef(store_key="", index=2), UserItem(content="then this")),
+    )
+    _, transcript, _, persisted = acts._prepare_turn(_turn(moved, "model:busy-4"))
+    assert transcript == [written[0], written[2], UserItem(content="then this")]
+    assert persisted == 3
+    past = TranscriptDelta(base_len=3, items=(StoredItemRef(store_key="", index=7),))
+    with pytest.raises(KeyNotFound):
+        acts._prepare_turn(_turn(past, "model:busy-5"))

@@ -199,3 +199,92 @@ def test_reads_a_turn_may_run_at_once_follow_the_approval_mode(
     offered = ("bash", "find", "ls", "read", "write")
     assert engine.eager_tools(plan.snapshot, "busy", offered) == eager
     assert engine.eager_tools(plan.snapshot, "nobody", offered) == ()
+
+
+def test_a_reply_the_turn_wrote_to_the_transcript_is_not_sent_again() -> None:
+    from openflow.engine.state import StoredItemRef
+
+    plan = engine.start(WF, "run", 0, entrypoint_text="go", tool_names=["ls"])
+    call = plan.intents[0]
+    assert call.delta.model_dump() == {"base_len": 0, "items": ()}
+    reply = ModelReply(
+        wire="scripted",
+        text="looking",
+        tool_calls=(RawToolCall(id="c0", name="ls", arguments={"path": "."}),),
+    )
+    # The activity wrote the reply's two items to lines 0 and 1.
+    plan = engine.advance(
+        plan.snapshot,
+        [
+            ModelReplied(
+                call_id=call.call_id,
+                node_id="busy",
+                reply=reply,
+                persisted_len=0,
+                in_transcript=True,
+            )
+        ],
+        1,
+    )
+    batch = plan.intents[0]
+    assert batch.kind == "run_tools"
+    ran_at_once = ToolsFinished(
+        batch_id=batch.batch_id,
+        results=(ToolResultSummary(tool_call_id="c0", tool_name="ls", content="a.txt"),),
+        store_index=2,
+        in_transcript=True,
+    )
+    after = engine.advance(plan.snapshot, [ran_at_once], 2)
+    assert after.intents[0].delta.model_dump() == {"base_len": 3, "items": ()}
+    # The same result from a batch of its own: the reply is in place, the result is sent.
+    own = ran_at_once.model_copy(
+        update={"store_key": "batches/b.json", "store_index": 0, "in_transcript": False}
+    )
+    after = engine.advance(plan.snapshot, [own], 2)
+    delta = after.intents[0].delta
+    assert delta.base_len == 2
+    assert delta.items == (StoredItemRef(store_key="batches/b.json", index=0),)
+
+
+def test_a_kept_item_that_differs_from_the_written_reply_resends_from_there() -> None:
+    from openflow.engine.state import StoredItemRef
+
+    plan = engine.start(
+        WF, "run", 0, entrypoint_text="go", tool_names=["ls"], execution_dir="/work/run"
+    )
+    call = plan.intents[0]
+    # An absolute path the engine keeps relative: its call item differs from line 1.
+    reply = ModelReply(
+        wire="scripted",
+        text="looking",
+        tool_calls=(RawToolCall(id="c0", name="ls", arguments={"path": "/work/run/src"}),),
+    )
+    plan = engine.advance(
+        plan.snapshot,
+        [
+            ModelReplied(
+                call_id=call.call_id,
+                node_id="busy",
+                reply=reply,
+                persisted_len=0,
+                in_transcript=True,
+            )
+        ],
+        1,
+    )
+    batch = next((i for i in plan.intents if i.kind == "run_tools"), None)
+    facts = []
+    if batch is not None:
+        facts = [
+            ToolsFinished(
+                batch_id=batch.batch_id,
+                results=(ToolResultSummary(tool_call_id="c0", tool_name="ls", content="no"),),
+            )
+        ]
+    after = engine.advance(plan.snapshot, facts, 2) if facts else plan
+    nxt = next(i for i in after.intents if i.kind == "call_model")
+    # Line 0 (the assistant text) is in place; from the call on, items are sent again.
+    assert nxt.delta.base_len == 1
+    first = nxt.delta.items[0]
+    assert first.kind == "tool_call" and first.call.arguments == {"path": "src"}
+    assert not any(isinstance(i, StoredItemRef) and not i.store_key for i in nxt.delta.items)

@@ -75,7 +75,9 @@ async def test_reads_run_inside_the_model_turn(harness: Harness) -> None:
     results = _results(transcript)
     assert "hello" in results["call-read"] and "notes.txt" in results["call-ls"]
     kinds = [item["kind"] for item in transcript]
-    assert kinds[-4:] == ["tool_call", "tool_call", "tool_result", "tool_result"]
+    reads = kinds.index("tool_result", kinds.index("tool_result") + 1) - 2
+    assert kinds[reads : reads + 4] == ["tool_call", "tool_call", "tool_result", "tool_result"]
+    assert [t for t in kinds if t == "tool_result"] == ["tool_result"] * 3, "each result once"
     await harness.replay(run_id)
 
 

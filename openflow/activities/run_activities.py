@@ -120,8 +120,11 @@ class RunActivities:
         self._caches: dict[str, Any] = {}
         self._files: dict[tuple[str, str], Any] = {}
         self._writes: set[concurrent.futures.Future[None]] = set()
+        self._providers: dict[tuple[str, str], Any] = {}
         self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
-        self._transcripts: dict[tuple[str, str], tuple[list[str], list[TranscriptItem]]] = {}
+        self._transcripts: dict[
+            tuple[str, str], tuple[list[str], list[TranscriptItem], tuple[int, int] | None]
+        ] = {}
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
         self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
@@ -267,17 +270,26 @@ class RunActivities:
         return request, transcript, tools, persisted
 
     def _transcript(self, run_id: str, key: str) -> list[TranscriptItem]:
-        """The stored transcript's items; lines read before are not parsed again."""
+        """The stored transcript's items; lines read before are not parsed again, and a log
+        this worker left unchanged is not read again."""
+        stamp = self._stamp(run_id, key)
+        seen = self._transcripts.get((run_id, key))
+        if seen is not None and stamp is not None and seen[2] == stamp:
+            return list(seen[1])
         lines = self.store.read_lines(run_id, key)
-        seen_lines, seen_items = self._transcripts.get((run_id, key), ([], []))
+        seen_lines, seen_items = (seen[0], seen[1]) if seen is not None else ([], [])
         items: list[TranscriptItem] = []
         for i, line in enumerate(lines):
             if i < len(seen_lines) and seen_lines[i] == line:
                 items.append(seen_items[i])
             else:
                 items.append(_ITEM.validate_json(line))
-        self._remember(self._transcripts, (run_id, key), (lines, items), limit=64)
+        self._remember(self._transcripts, (run_id, key), (lines, items, stamp), limit=64)
         return items
+
+    def _stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
+        stamp = getattr(self.store, "stamp", None)
+        return stamp(run_id, key) if stamp is not None else None
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
@@ -316,7 +328,7 @@ class RunActivities:
             )
 
         try:
-            provider = self._provider(inp.provider_id, self._profile(inp))
+            provider = self._run_provider(inp)
             reply = await heartbeating(provider.complete(request, transcript, tools, on_delta))
         except ProviderError as exc:
             return c.ModelTurnResult(failure=exc.failure, persisted_len=persisted)
@@ -360,9 +372,8 @@ class RunActivities:
         self.store.append_lines(inp.run_id, key, lines, expected_len=persisted)
         seen = self._transcripts.get((inp.run_id, key))
         if seen is not None and len(seen[0]) == persisted:
-            self._remember(
-                self._transcripts, (inp.run_id, key), ([*seen[0], *lines], [*seen[1], *items]), 64
-            )
+            both = ([*seen[0], *lines], [*seen[1], *items], self._stamp(inp.run_id, key))
+            self._remember(self._transcripts, (inp.run_id, key), both, 64)
 
     def _cache_blob(self, run_id: str, key: str, data: bytes) -> None:
         """Store a blob that only caches what history holds, off the turn's critical path.
@@ -486,6 +497,20 @@ class RunActivities:
         if self._settings_cache is None or self._settings_cache[0] != stamp:
             self._settings_cache = (stamp, load_settings(self.home))
         return self._settings_cache[1]
+
+    def _run_provider(self, inp: c.ModelTurnInput) -> Any:
+        """The provider for this call. A run's script is fixed when it starts, so its scripted
+        provider is kept; real ones are resolved each call (the registry keeps their clients,
+        and a key changed in settings.json applies at once)."""
+        if inp.profile:
+            return self._provider(inp.provider_id, inp.profile)
+        key = (inp.run_id, inp.provider_id)
+        provider = self._providers.get(key)
+        if provider is None:
+            provider = self._provider(inp.provider_id, self._profile(inp))
+            if isinstance(provider, ScriptedProvider):
+                self._remember(self._providers, key, provider, limit=64)
+        return provider
 
     def _provider(self, provider_id: str, profile_data: dict[str, Any]) -> Any:
         if not profile_data:

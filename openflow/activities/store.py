@@ -148,6 +148,9 @@ def _complete_lines(data: bytes) -> list[bytes]:
     return [] if end < 0 else data[:end].split(b"\n")
 
 
+_KNOWN_LOGS = 1024
+
+
 def _sync(fd: int) -> None:
     """Flush a file's data, and the metadata needed to read it back, to the disk."""
     # fdatasync skips what reading does not need (times): about half the cost of fsync here.
@@ -176,6 +179,8 @@ class FileRunStore:
     def __init__(self, root: Path | None = None, *, fsync: bool = True) -> None:
         self.root = Path(root) if root is not None else default_runs_root()
         self.fsync = fsync
+        # Logs this store appended to: (size, change time, lines) as it left each of them.
+        self._logs: dict[Path, tuple[int, int, int]] = {}
 
     def __repr__(self) -> str:
         return f"FileRunStore({str(self.root)!r})"
@@ -240,19 +245,37 @@ class FileRunStore:
         path = self._path(run_id, key)
         new = _encode_lines(lines)
         with self._locked(path) as handle:
-            data = handle.read()
-            merged, length = _merge_log(data, new, expected_len, f"{run_id}/{key}")
-            keep = len(merged) - len(new)
-            if keep == len(data) and not new:
-                return length  # nothing to write: the log is already what the caller expects
-            if keep != len(data):
-                handle.truncate(keep)
-            handle.seek(keep)
-            handle.write(new)
-            handle.flush()
-            if self.fsync:
-                _sync(handle.fileno())
+            stat = os.fstat(handle.fileno())
+            known = self._logs.get(path)
+            if known == (stat.st_size, stat.st_mtime_ns, expected_len):
+                # The log is as this store last left it and the caller continues from its end:
+                # append without reading it all back.
+                keep, length = stat.st_size, expected_len + new.count(b"\n")
+            else:
+                data = handle.read()
+                merged, length = _merge_log(data, new, expected_len, f"{run_id}/{key}")
+                keep = len(merged) - len(new)
+                if keep != len(data):
+                    handle.truncate(keep)
+            if new:
+                handle.seek(keep)
+                handle.write(new)
+                handle.flush()
+                if self.fsync:
+                    _sync(handle.fileno())
+            after = os.fstat(handle.fileno())
+            self._logs[path] = (after.st_size, after.st_mtime_ns, length)
+            while len(self._logs) > _KNOWN_LOGS:
+                self._logs.pop(next(iter(self._logs)), None)
         return length
+
+    def stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
+        """The log's size and change time, to tell whether it changed since it was read."""
+        try:
+            stat = self._path(run_id, key).stat()
+        except FileNotFoundError:
+            return None
+        return stat.st_size, stat.st_mtime_ns
 
     def read_lines(self, run_id: str, key: str, start: int = 0) -> builtins.list[str]:
         """The complete lines of the log at `key` from index `start` on."""

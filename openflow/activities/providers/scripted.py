@@ -17,7 +17,13 @@ from typing import Any
 from openflow.activities.providers.errors import ProviderError
 from openflow.engine.policy import HARNESS_ASK_QUESTION, HARNESS_REQUEST_INPUT, HARNESS_SUBMIT
 from openflow.engine.request import AgentRequest, ModelReply, RawToolCall, ToolSpec, UsageReport
-from openflow.engine.transcript import TranscriptItem
+from openflow.engine.transcript import (
+    AssistantItem,
+    ToolCallItem,
+    ToolResultItem,
+    TranscriptItem,
+    UserItem,
+)
 
 Script = Mapping[str, Sequence[Mapping[str, Any]]]
 _ERROR_KINDS = {"transient", "permanent", "failed"}
@@ -64,6 +70,17 @@ def echo_summary(request: AgentRequest) -> str:
     return str(entry.get("text", ""))
 
 
+def _chars(item: TranscriptItem) -> int:
+    """About how much text an item puts before the model (for the scripted usage estimate)."""
+    if isinstance(item, AssistantItem | UserItem):
+        return len(item.content) + 20
+    if isinstance(item, ToolResultItem):
+        return len(item.result.content) + 40
+    if isinstance(item, ToolCallItem):
+        return len(item.call.name) + 40 + 8 * len(item.call.arguments)
+    return 80
+
+
 class ScriptedProvider:
     """A provider whose answers come from a script instead of a model."""
 
@@ -97,7 +114,7 @@ class ScriptedProvider:
             for start in range(0, len(reply.text), 16):
                 on_delta("assistant", reply.text[start : start + 16])
             reply = reply.model_copy(update={"streamed": True})
-        words = sum(len(str(i.model_dump())) for i in transcript) // 4
+        words = sum(_chars(i) for i in transcript) // 4
         usage = UsageReport(
             prompt_tokens=words + 100,
             completion_tokens=len(reply.text) // 4 + 10,

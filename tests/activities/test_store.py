@@ -154,3 +154,21 @@ def test_a_failed_write_leaves_the_old_file(
         file_store.put_bytes("run-1", "state.json", b"new")
     assert file_store.get_bytes("run-1", "state.json") == b"old"
     assert file_store.list("run-1") == ["state.json"]
+
+
+def test_a_log_changed_by_another_writer_is_read_again(tmp_path: Path) -> None:
+    mine, other = FileRunStore(tmp_path), FileRunStore(tmp_path)
+    assert mine.append_lines("run-1", "t.jsonl", ["a", "b", "c"], expected_len=0) == 3
+    # Another worker retried an earlier turn: it kept one line and wrote another after it.
+    assert other.append_lines("run-1", "t.jsonl", ["x"], expected_len=1) == 2
+    assert mine.append_lines("run-1", "t.jsonl", ["y"], expected_len=2) == 3
+    assert mine.read_lines("run-1", "t.jsonl") == ["a", "x", "y"]
+    # A torn tail a crash left behind is dropped even after an append that did not read.
+    assert mine.append_lines("run-1", "t.jsonl", ["z"], expected_len=3) == 4
+    with (tmp_path / "run-1" / "t.jsonl").open("ab") as handle:
+        handle.write(b'{"half')
+    assert mine.append_lines("run-1", "t.jsonl", ["w"], expected_len=4) == 5
+    assert mine.read_lines("run-1", "t.jsonl") == ["a", "x", "y", "z", "w"]
+    assert mine.append_lines("run-1", "t.jsonl", [], expected_len=5) == 5
+    assert mine.stamp("run-1", "t.jsonl") == other.stamp("run-1", "t.jsonl")
+    assert mine.stamp("run-1", "missing.jsonl") is None

@@ -269,6 +269,9 @@ class RunActivities:
         tools = self._offered(inp.run_id, request.tool_names)
         return request, transcript, tools, persisted
 
+    def _remote_store(self, run_id: str) -> bool:
+        return self.store.run_dir(run_id) is None
+
     def _transcript(self, run_id: str, key: str) -> list[TranscriptItem]:
         """The stored transcript's items; lines read before are not parsed again, and a log
         this worker left unchanged is not read again."""
@@ -296,7 +299,13 @@ class RunActivities:
         if not inp.run_id:
             inp = inp.model_copy(update={"run_id": activity.info().workflow_id})
         try:
-            request, transcript, tools, persisted = await asyncio.to_thread(self._prepare_turn, inp)
+            if inp.delta.items or self._remote_store(inp.run_id):
+                prepared = await asyncio.to_thread(self._prepare_turn, inp)
+            else:
+                # Nothing to write (the last turn left its reply in place) on the local disk:
+                # no thread hop for what is a lock, a stat and a cached read.
+                prepared = self._prepare_turn(inp)
+            request, transcript, tools, persisted = prepared
         except KeyNotFound:
             # A stored header or item this call refers to is gone (an unsynced blob lost in a
             # machine crash): ask for the items themselves instead of calling the model.

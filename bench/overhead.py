@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -120,19 +121,22 @@ async def overhead(client: Client, home: Path, turns: int) -> tuple[float, float
 class NodeHistory:
     """History and transcript of one node's run of tool turns."""
 
-    def __init__(self, turns: int, events: int, size: int, produced: int) -> None:
+    def __init__(self, turns: int, events: int, size: int, produced: int, text: int) -> None:
         self.turns = turns
         self.events = events
         self.size = size
         self.produced = produced
+        self.text = text
 
-    def per_turn(self, base: NodeHistory) -> tuple[float, float, float]:
-        """Events, bytes and bytes beyond new content a turn, less what a run of the same node
+    def per_turn(self, base: NodeHistory) -> tuple[float, float, float, float]:
+        """Events, bytes, and bytes beyond new content a turn, less what a run of the same node
         with no tool turn costs (its start, its submit turn and its end). New content is what
-        the turns added to the node's transcript: the assistant message, the call, the result."""
+        the turns added to the node's transcript (the assistant message, the call, the result,
+        as stored), or, stricter, only their text: message, tool name and arguments, result."""
         events = (self.events - base.events) / self.turns
         size = (self.size - base.size) / self.turns
-        return events, size, size - (self.produced - base.produced) / self.turns
+        beyond = size - (self.produced - base.produced) / self.turns
+        return events, size, beyond, size - (self.text - base.text) / self.turns
 
 
 async def history_per_turn(client: Client, home: Path, turns: int) -> NodeHistory:
@@ -140,7 +144,16 @@ async def history_per_turn(client: Client, home: Path, turns: int) -> NodeHistor
     events, size, _ = await _history(client, run_id)
     lines = (home / "runs" / run_id / "transcripts" / "busy.jsonl").read_bytes().splitlines()
     produced = sum(len(line) + 1 for line in lines)
-    return NodeHistory(turns, events, size, produced)
+    return NodeHistory(turns, events, size, produced, sum(_text(line) for line in lines))
+
+
+def _text(line: bytes) -> int:
+    item = json.loads(line)
+    if item["kind"] == "tool_call":
+        return len(item["call"]["name"]) + len(json.dumps(item["call"]["arguments"]))
+    if item["kind"] == "tool_result":
+        return len(item["result"]["content"])
+    return len(item.get("content") or "")
 
 
 async def tool_turn_overhead(
@@ -242,10 +255,11 @@ async def main_async(turns: int, quick: bool) -> None:
                 "(start, submit turn, end; left out below)"
             )
             rows = [node.per_turn(base) for node in (short, long)]
-            for node, (events, size, beyond) in zip((short, long), rows, strict=True):
+            for node, (events, size, beyond, strict) in zip((short, long), rows, strict=True):
                 print(
                     f"  {node.turns:3d}-turn node    : {events:5.1f} events "
-                    f"{size:8.0f} bytes  {beyond:+7.0f} beyond new content  (goal <= 1024)"
+                    f"{size:8.0f} bytes  {beyond:+7.0f} beyond new content, "
+                    f"{strict:+5.0f} beyond its text alone  (goal <= 1024)"
                 )
             print(f"  bytes ratio long/short: {rows[1][1] / rows[0][1]:.3f}  (goal within 1.10)")
             for tool in ("ls", "write"):

@@ -103,11 +103,12 @@ class PrepareResult(_Model):
 
 
 class ModelTurnInput(OmitDefaults, _Model):
-    """One model call. `run_id` may be left empty: the activity takes its workflow id."""
+    """One model call. `run_id` may be left empty: the activity takes its workflow id; so may
+    `node_id` when the call id names it (`model:<node>-<n>`, see `call_node`)."""
 
     run_id: str = ""
     call_id: str
-    node_id: str
+    node_id: str = ""
     model_attempt: int = 1
     turn_index: int
     header_digest: str
@@ -116,7 +117,7 @@ class ModelTurnInput(OmitDefaults, _Model):
     provider_id: str
     profile: dict[str, Any] = Field(default_factory=dict)
     #: Run the reply's calls at once when all are reads the node lets through (see `tools`).
-    eager: bool = False
+    eager: bool = True
 
 
 class ToolBatchInput(OmitDefaults, _Model):
@@ -162,6 +163,13 @@ def reply_key(node_id: str, call_id: str) -> str:
     return f"replies/{_segment(node_id)}/{_segment(call_id)}.json"
 
 
+def call_node(call_id: str) -> str:
+    """The conversation a model call id names (`model:<node>-<n>`), or ""."""
+    prefix, _, rest = call_id.partition(":")
+    node, _, n = rest.rpartition("-")
+    return node if prefix == "model" and n.isdigit() else ""
+
+
 def transcript_key(node_id: str) -> str:
     """A conversation's transcript: one TranscriptItem a line."""
     return f"transcripts/{_segment(node_id)}.jsonl"
@@ -173,6 +181,10 @@ def batch_key(batch_id: str) -> str:
 
 
 class ModelTurnResult(OmitDefaults, _Model):
+    """A model call's outcome. Its reply's items, then the full results of the reads it ran
+    (`tools`), are the transcript's lines from `persisted_len` on (`reply_key` is set only in
+    histories of workers that stored replies on their own)."""
+
     reply: ModelReply | None = None
     failure: ProviderFailure | None = None
     reply_key: str = ""
@@ -180,8 +192,6 @@ class ModelTurnResult(OmitDefaults, _Model):
     refs_missing: bool = False
     #: The reply's calls, run in the same activity when all of them were `eager_tools`.
     tools: ToolBatchResult | None = None
-    #: The reply's items (then `tools`' full results) are transcript lines from `persisted_len`.
-    in_transcript: bool = False
 
 
 class HandoffInput(_Model):
@@ -213,6 +223,7 @@ class EventsQuery(_Model):
 
 
 __all__ = [
+    "call_node",
     "transcript_key",
     "ToolResultWire",
     "batch_key",

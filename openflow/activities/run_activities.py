@@ -296,8 +296,13 @@ class RunActivities:
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
-        if not inp.run_id:
-            inp = inp.model_copy(update={"run_id": activity.info().workflow_id})
+        if not inp.run_id or not inp.node_id:
+            inp = inp.model_copy(
+                update={
+                    "run_id": inp.run_id or activity.info().workflow_id,
+                    "node_id": inp.node_id or c.call_node(inp.call_id),
+                }
+            )
         try:
             if inp.delta.items or self._remote_store(inp.run_id):
                 prepared = await asyncio.to_thread(self._prepare_turn, inp)
@@ -363,15 +368,11 @@ class RunActivities:
             anonymous = [
                 r.model_copy(update={"tool_call_id": "", "tool_name": ""}) for r in tools.results
             ]
-            tools = tools.model_copy(
-                update={"results": anonymous, "store_index": len(items) - len(results)}
-            )
+            tools = tools.model_copy(update={"results": anonymous})
         # The reply (and any results) go straight after what this turn sent, synced: the next
         # turn finds them in place, and they are the only full copy of the tools' output.
         await asyncio.to_thread(self._keep_reply, inp, persisted, items)
-        return c.ModelTurnResult(
-            reply=reply, persisted_len=persisted, tools=tools, in_transcript=True
-        )
+        return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=tools)
 
     def _keep_reply(
         self, inp: c.ModelTurnInput, persisted: int, items: list[TranscriptItem]

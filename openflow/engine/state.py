@@ -96,7 +96,7 @@ DeltaItem = Annotated[
 ]
 
 
-class TranscriptDelta(_Frozen):
+class TranscriptDelta(OmitDefaults, _Frozen):
     """What a model-turn activity must append before calling the model."""
 
     base_len: int

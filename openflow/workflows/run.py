@@ -111,7 +111,7 @@ class OpenFlowRun:
         self._last_attrs: tuple[str, tuple[str, ...]] | None = None
         self._deferred: list[Intent] | None = None
         # Tool results a model turn brought back with its reply, by node, for this step only.
-        self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult, int | None]] = {}
+        self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult, int]] = {}
 
     # --- the run ------------------------------------------------------------------------
 
@@ -365,7 +365,7 @@ class OpenFlowRun:
         )
         arg = c.ModelTurnInput(
             call_id=intent.call_id,
-            node_id=request.node_id,
+            node_id="" if c.call_node(intent.call_id) == request.node_id else request.node_id,
             model_attempt=intent.model_attempt,
             turn_index=request.turn_index,
             header_digest=digest,
@@ -403,27 +403,23 @@ class OpenFlowRun:
             return
         self._headers_sent.add(digest)
         if result.reply is not None:
-            if result.tools is not None:
+            # A reply stored under its own key comes from an older worker; a model turn now
+            # writes its reply (then the results of the reads it ran) into the transcript.
+            in_transcript = not result.reply_key
+            if result.tools is not None and in_transcript:
                 calls = tuple(
                     (call.id, call.name, call.arguments) for call in result.reply.tool_calls
                 )
-                if result.in_transcript:
-                    self._eager[intent.node_id] = (calls, result.tools, result.persisted_len or 0)
-                else:
-                    stored = result.tools.store_key or c.reply_key(arg.node_id, arg.call_id)
-                    tools = result.tools.model_copy(update={"store_key": stored})
-                    self._eager[intent.node_id] = (calls, tools, None)
-            reply_key = result.reply_key
-            if not reply_key and not result.in_transcript:
-                reply_key = c.reply_key(arg.node_id, arg.call_id)
+                first = (result.persisted_len or 0) + len(engine.reply_items(result.reply))
+                self._eager[intent.node_id] = (calls, result.tools, first)
             self._facts.append(
                 ModelReplied(
                     call_id=intent.call_id,
                     node_id=intent.node_id,
                     reply=result.reply,
-                    reply_key=reply_key,
+                    reply_key=result.reply_key,
                     persisted_len=result.persisted_len,
-                    in_transcript=result.in_transcript,
+                    in_transcript=in_transcript,
                 )
             )
         else:

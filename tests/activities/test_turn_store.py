@@ -120,3 +120,18 @@ def test_a_reference_to_the_transcript_is_read_before_the_turn_rewrites_it(
     past = TranscriptDelta(base_len=3, items=(StoredItemRef(store_key="", index=7),))
     with pytest.raises(KeyNotFound):
         acts._prepare_turn(_turn(past, "model:busy-5"))
+
+
+@pytest.mark.parametrize(
+    ("call_id", "node"),
+    [
+        ("model:busy-7", "busy"),
+        ("model:plan-and-ship-12", "plan-and-ship"),
+        ("model:a:b-3", "a:b"),
+        ("repair:busy-4", ""),
+        ("model:busy", ""),
+        ("model:busy-x", ""),
+    ],
+)
+def test_a_model_call_id_names_its_conversation(call_id: str, node: str) -> None:
+    assert c.call_node(call_id) == node

@@ -11,7 +11,7 @@ import functools
 import json
 import unicodedata
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import networkx as nx
@@ -59,6 +59,13 @@ def execution_layers(wf: Workflow) -> list[list[str]]:
 def parents(wf: Workflow, node_id: str) -> list[str]:
     """The direct upstream node ids of `node_id`, sorted."""
     return list(_topology(wf, node_id).parents[node_id])
+
+
+def parents_map(wf: Workflow) -> Mapping[str, Sequence[str]]:
+    """Every node's direct upstream node ids, sorted (read-only; the same object per workflow)."""
+    if not wf.nodes:
+        return {}
+    return _topology(wf, wf.nodes[0].id).parents
 
 
 def children(wf: Workflow, node_id: str) -> list[str]:

@@ -7,13 +7,14 @@ request (system messages, node input, offered tools, transcript delta). The turn
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from openflow.engine import prompts
 from openflow.engine.events import RunEvent
-from openflow.engine.graph import ancestors, parents
+from openflow.engine.graph import ancestors, parents, parents_map
 from openflow.engine.harness import cache_key_for, harness_tool_specs
 from openflow.engine.policy import (
     planning_tool_names,
@@ -57,16 +58,16 @@ class RunBase:
         self.intents: list[Intent] = []
         self.wf: Workflow = self.s.workflow
         self.by_id: dict[str, Node] = {n.id: n for n in self.wf.nodes}
-        self._parents: dict[str, list[str]] = {}
+        self._parents: Mapping[str, Sequence[str]] | None = None
         self._ancestors: dict[str, list[str]] = {}
         self._forked: set[str] = set()
 
-    def parents_of(self, node_id: str) -> list[str]:
-        """Direct parents, looked up once per step (the workflow never changes in a run)."""
+    def parents_of(self, node_id: str) -> Sequence[str]:
+        """Direct parents (the workflow never changes in a run)."""
+        if self._parents is None:
+            self._parents = parents_map(self.wf)
         found = self._parents.get(node_id)
-        if found is None:
-            found = self._parents[node_id] = parents(self.wf, node_id)
-        return found
+        return found if found is not None else parents(self.wf, node_id)
 
     def ancestors_of(self, node_id: str) -> list[str]:
         found = self._ancestors.get(node_id)

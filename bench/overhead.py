@@ -91,12 +91,15 @@ def tool_turns(n: int, say: str = "", tool: str = "ls") -> list[dict[str, Any]]:
 
 
 async def _run(
-    client: Client, home: Path, wf: Workflow, script: dict[str, Any]
+    client: Client, home: Path, wf: Workflow, script: dict[str, Any], warmup: bool = True
 ) -> tuple[float, str]:
+    """Run `wf` on a fresh worker, warmed up first like the floor's, and time it alone."""
     write_scripted_settings(home, script, exhausted="echo")
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     runs = Runs(client, queue)
     async with build_worker(client, queue, home):
+        if warmup:
+            await client.get_workflow_handle(await runs.start(chain(3), entrypoint="x")).result()
         started = time.perf_counter()
         run_id = await runs.start(wf, entrypoint="bench")
         raw = await client.get_workflow_handle(run_id).result()

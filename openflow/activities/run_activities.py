@@ -624,7 +624,13 @@ class RunActivities:
             ],
             side_effects=False,
         )
-        return await self._execute_tools(batch)
+        try:
+            return await self._execute_tools(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the batch then runs as its own activity, with its retries
+            log.warning("reads asked for by %s could not run at once: %s", inp.call_id, exc)
+            return None, []
 
     # --- handoffs -----------------------------------------------------------------------
 

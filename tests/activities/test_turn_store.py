@@ -135,3 +135,36 @@ def test_a_reference_to_the_transcript_is_read_before_the_turn_rewrites_it(
 )
 def test_a_model_call_id_names_its_conversation(call_id: str, node: str) -> None:
     assert c.call_node(call_id) == node
+
+
+async def test_reads_that_cannot_run_at_once_are_left_to_their_own_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openflow.engine.request import RawToolCall
+
+    acts = make_activities(tmp_path, provider_factory=None)
+    request = HEADER.model_copy(update={"tool_names": ("ls", "read", "write")})
+    reply = ModelReply(
+        wire="scripted", tool_calls=(RawToolCall(id="c1", name="ls", arguments={"path": "."}),)
+    )
+
+    async def broken(batch: c.ToolBatchInput) -> object:
+        raise RuntimeError("the tool host is broken")
+
+    monkeypatch.setattr(acts, "_execute_tools", broken)
+    # A failure here must not lose the reply (and call the model again): the engine plans
+    # the batch as usual and its activity retries it.
+    assert await acts._eager_tools(_turn(TranscriptDelta(base_len=0)), request, reply) == (None, [])
+    # A write among the calls, or reads the node must ask for, never run early.
+    mixed = reply.model_copy(
+        update={
+            "tool_calls": (
+                *reply.tool_calls,
+                RawToolCall(id="c2", name="write", arguments={"path": "x", "content": "y"}),
+            )
+        }
+    )
+    monkeypatch.setattr(acts, "_execute_tools", None)
+    assert await acts._eager_tools(_turn(TranscriptDelta(base_len=0)), request, mixed) == (None, [])
+    asked = _turn(TranscriptDelta(base_len=0)).model_copy(update={"eager": False})
+    assert await acts._eager_tools(asked, request, reply) == (None, [])

@@ -373,6 +373,15 @@ class Renderer:
         self._line(f"  ignored action: {event.get('reason')}", "yellow")
 
     def _on_Finished(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        report = event.get("report") if isinstance(event.get("report"), dict) else {}
+        for suggestion in report.get("suggestions") or []:
+            target = _pick(suggestion, "target_node_id", "targetNodeId")
+            where = f" ({target})" if target else ""
+            self._line(
+                f"  suggestion [{suggestion.get('category')}]{where}: {suggestion.get('title')}"
+                f" — {_clip(str(suggestion.get('recommendation') or ''), 200)}",
+                "cyan",
+            )
         self._line("■ run completed", "bold green")
 
     def _on_Aborted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802

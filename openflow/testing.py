@@ -75,6 +75,12 @@ class RunOutcome:
     def events_of(self, type_: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == type_]
 
+    @property
+    def report(self) -> dict[str, Any] | None:
+        """The run report of a completed run: outputs, usage, the post-run review's suggestions."""
+        report = self.state.get("lastReport")
+        return report if isinstance(report, dict) else None
+
 
 def write_scripted_settings(
     home: Path, script: Mapping[str, Sequence[Mapping[str, Any]]], exhausted: str | None = "echo"

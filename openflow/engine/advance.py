@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, assert_never
 
-from openflow.engine import prompts
-from openflow.engine.classify import classify_failure
+from openflow.engine import prompts, review
+from openflow.engine.classify import classify_failure, classify_reply
 from openflow.engine.graph import workflow_problems
 from openflow.engine.policy import EAGER_TOOLS, SEAL_TOOL, approval_decision
+from openflow.engine.request import ModelReply
 from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.state import (
     ApprovalDecided,
@@ -44,6 +45,7 @@ from openflow.engine.state import (
     TimerFired,
     ToolsFinished,
     ToolsOutcomeUnknown,
+    TranscriptDelta,
     WriteHandoff,
     stored_reply,
     stored_result,
@@ -172,6 +174,12 @@ class _Run(Subagents):
         if self.s.finished:
             return
         if self.s.cancel_requested:
+            if self.s.review_call is not None:
+                # Every node is done: stopping only ends the review; the run still succeeded.
+                self.intents.append(CancelWork(ids=(self.s.review_call,)))
+                self.end_review([], review.CANCELLED)
+                self.complete()
+                return
             self.stop()
             return
         if self.s.terminal_error is not None:
@@ -204,6 +212,11 @@ class _Run(Subagents):
             self.s.status = "running"
             return
         if all(ns.has_output for ns in self.s.nodes.values()):
+            if self.s.review_enabled and not self.s.review_done:
+                self.start_review()
+                if self.s.review_call is not None:
+                    self.s.status = "running"
+                    return
             self.complete()
             return
         if self.awaiting().any:
@@ -215,13 +228,17 @@ class _Run(Subagents):
         self.fail_run()
 
     def busy(self) -> bool:
-        return any(
-            ns.in_flight is not None
-            or ns.handoff_job is not None
-            or ns.backoff_until_ms is not None
-            or ns.child is not None
-            for ns in self.s.nodes.values()
-        ) or any(b.in_flight for b in self.s.batches.values())
+        return (
+            self.s.review_call is not None
+            or any(
+                ns.in_flight is not None
+                or ns.handoff_job is not None
+                or ns.backoff_until_ms is not None
+                or ns.child is not None
+                for ns in self.s.nodes.values()
+            )
+            or any(b.in_flight for b in self.s.batches.values())
+        )
 
     def awaiting(self) -> Awaiting:
         nodes = sorted(self.s.nodes.items())
@@ -235,6 +252,42 @@ class _Run(Subagents):
 
     # --- run endings --------------------------------------------------------------------
 
+    # --- the post-run review (spec 12) --------------------------------------------------
+
+    def start_review(self) -> None:
+        """Ask the last node's model for suggestions before the run finishes."""
+        reviewer = review.reviewer_node(self.s)
+        if reviewer is None:
+            self.end_review([], review.NO_REVIEWER)
+            return
+        request = review.review_request(self.s, reviewer)
+        call_id = self.new_id(f"model:{review.REVIEW_NODE}")
+        self.s.review_call = call_id
+        self.intents.append(
+            CallModel(
+                call_id=call_id,
+                node_id=review.REVIEW_NODE,
+                model_attempt=1,
+                request=request,
+                delta=TranscriptDelta(base_len=0),
+                purpose="review",
+            )
+        )
+
+    def on_review_reply(self, reply: ModelReply) -> None:
+        self.s.tokens_in += reply.usage.prompt_tokens if reply.usage else 0
+        self.s.tokens_out += reply.usage.completion_tokens if reply.usage else 0
+        if reply.usage is not None and reply.usage.cost_usd is not None:
+            self.s.cost_usd = round((self.s.cost_usd or 0.0) + reply.usage.cost_usd, 6)
+        outcome = classify_reply(reply, review.SUGGESTIONS_SCHEMA).outcome
+        self.end_review(*review.parse_suggestions(outcome, set(self.by_id)))
+
+    def end_review(self, suggestions: list[dict[str, Any]], error: str | None) -> None:
+        self.s.review_call = None
+        self.s.review_done = True
+        self.s.suggestions = suggestions
+        self.s.suggestions_error = error
+
     def complete(self) -> None:
         outputs = [{"node_id": n, "output": ns.output} for n, ns in sorted(self.s.nodes.items())]
         report = {
@@ -245,7 +298,8 @@ class _Run(Subagents):
             "tokens_in": self.s.tokens_in,
             "tokens_out": self.s.tokens_out,
             "estimated_cost_usd": self.s.cost_usd,
-            "suggestions": [],
+            "suggestions": list(self.s.suggestions),
+            "suggestions_error": self.s.suggestions_error,
         }
         self.s.report = report
         self.s.finished = True
@@ -349,6 +403,9 @@ class _Run(Subagents):
         return None
 
     def on_model_replied(self, fact: ModelReplied) -> None:
+        if fact.call_id == self.s.review_call:
+            self.on_review_reply(fact.reply)
+            return
         parent = self.take_child_call(fact.call_id)
         if parent is not None:
             self.on_child_replied(parent, fact)
@@ -366,6 +423,10 @@ class _Run(Subagents):
         self.on_reply(node_id, fact.reply, stored_reply(fact))
 
     def on_model_failed(self, fact: ModelFailed) -> None:
+        if fact.call_id == self.s.review_call:
+            # No retries: the review is advice, and the run has already succeeded.
+            self.end_review([], f"Reviewer request failed: {fact.failure.message}")
+            return
         parent = self.take_child_call(fact.call_id)
         if parent is not None:
             self.on_child_failed(parent, fact)
@@ -644,12 +705,14 @@ def start(
     warnings: Iterable[str] = (),
     start_error: str | None = None,
     agents: Iterable[CallableAgent] = (),
+    review: bool = True,
 ) -> Plan:
     """A new run's first plan: the initial snapshot and its first model calls.
 
     An invalid workflow ends the run at once with every problem named; `warnings` (servers
     skipped at start and the like) become non-fatal `Error` events. `agents` are the saved
-    agents (`agents.json`); the run keeps the ones its nodes may call (spec 6).
+    agents (`agents.json`); the run keeps the ones its nodes may call (spec 6). `review`: a
+    post-run review call ends a successful run (spec 12).
     """
     kept = snapshot_agents(workflow, list(agents))
     plan_mode = workflow.settings.plan_mode
@@ -665,6 +728,7 @@ def start(
         plan_source=source if source is not None and workflow.find_node(source) else None,
         agents=kept,
         subagents={a.id: SubagentRecord(id=a.id, name=a.name, purpose=a.purpose) for a in kept},
+        review_enabled=review,
     )
     run = _Run(snapshot, now_ms)
     run.emit(
@@ -734,6 +798,8 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
     run.s.terminal_node = None
     run.s.status = "running"
     run.emit("RunResumed", from_status=previous)
+    # A review cut off by the checkpoint is asked again.
+    run.s.review_call = None
     packet = run.s.packet
     problem = packet.problem(run.s.plan_source) if packet is not None else None
     if problem is not None:

@@ -321,7 +321,13 @@ class RunSnapshot(_Model):
     terminal_node: str | None = None
     finished: bool = False
     review_done: bool = False
+    #: Whether a successful run ends with the post-run review (runs recorded before it existed
+    #: replay without it).
     review_enabled: bool = False
+    #: The post-run review call in flight (spec 12), and what it came back with.
+    review_call: str | None = None
+    suggestions: list[dict[str, Any]] = Field(default_factory=list)
+    suggestions_error: str | None = None
     report: dict[str, Any] | None = None
     tokens_in: int = 0
     tokens_out: int = 0

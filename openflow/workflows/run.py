@@ -67,6 +67,7 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 HISTORY_EVENTS_LIMIT = 10_000
 CARRY_EVENTS_BYTES = 256 * 1024
 NO_RETRY = RetryPolicy(maximum_attempts=1)
+POST_RUN_REVIEW = "post-run-review"
 
 
 class EngineFault(ApplicationError):
@@ -179,6 +180,8 @@ class OpenFlowRun:
                 tool_names=prepared.tool_names,
                 warnings=prepared.warnings,
                 agents=prepared.agents,
+                # Runs recorded before the review existed must replay as they ran.
+                review=workflow.patched(POST_RUN_REVIEW),
             )
         else:
             self._profiles = inp.profiles or {}
@@ -271,7 +274,10 @@ class OpenFlowRun:
             details = "waiting for " + "; ".join(parts)
         else:
             running = sorted(n for n, ns in plan.snapshot.nodes.items() if ns.in_flight is not None)
-            details = "running " + ", ".join(running) if running else "running tools"
+            if plan.snapshot.review_call is not None:
+                details = "reviewing the run"
+            else:
+                details = "running " + ", ".join(running) if running else "running tools"
         workflow.set_current_details(details)
 
     # --- intents ------------------------------------------------------------------------
@@ -383,7 +389,9 @@ class OpenFlowRun:
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=NO_RETRY,
                 cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-                summary=f"model turn · {intent.node_id}"
+                summary="post-run review"
+                if intent.purpose == "review"
+                else f"model turn · {intent.node_id}"
                 + (f" · attempt {intent.model_attempt}" if intent.model_attempt > 1 else ""),
             )
         except ActivityError as exc:

@@ -214,3 +214,28 @@ async def test_run_that_fails_exits_1(
     assert result.code == 1, (result.stdout, result.stderr)
     assert "has no model configured" in result.stdout
     assert "failed" in result.stdout.splitlines()[-1]
+
+
+async def test_the_follower_shows_the_post_run_reviews_suggestions() -> None:
+    import io
+
+    from rich.console import Console
+
+    from openflow.follow import Renderer
+
+    out = io.StringIO()
+    renderer = Renderer(Console(file=out, width=200, color_system=None))
+    suggestion = {
+        "id": "suggestion-1",
+        "category": "tools",
+        "target_node_id": "look",
+        "title": "Read once",
+        "evidence": "the file was read twice",
+        "recommendation": "List first, then read what you need.",
+    }
+    renderer.event(
+        {"type": "Finished", "seq": 9, "report": {"workflow_id": "w", "suggestions": [suggestion]}}
+    )
+    text = out.getvalue()
+    assert "suggestion [tools] (look): Read once — List first, then read what you need." in text
+    assert text.rstrip().endswith("■ run completed")

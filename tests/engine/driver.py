@@ -225,13 +225,18 @@ class FakeModel:
     def __init__(self, script: dict[str, Sequence[Turn]] | None = None) -> None:
         self.turns = {node: deque(turns) for node, turns in (script or {}).items()}
         self.calls: list[ModelCall] = []
+        #: The post-run review's call (spec 12), kept apart: like OpenFlow's MockAiStack, it
+        #: takes turns scripted for `__post_run_review` and otherwise fails, which only sets
+        #: the report's `suggestions_error`.
+        self.reviews: list[ModelCall] = []
         self._ids = itertools.count(1)
 
     def play(self, intent: CallModel, snapshot: RunSnapshot) -> Fact:
         node_id = intent.request.node_id
         ns = snapshot.nodes.get(intent.node_id)
         transcript = list(ns.transcript) if ns is not None and intent.purpose == "node" else []
-        self.calls.append(ModelCall(intent, transcript))
+        calls = self.reviews if intent.purpose == "review" else self.calls
+        calls.append(ModelCall(intent, transcript))
         queue = self.turns.get(node_id)
         turn: Turn = queue.popleft() if queue else ProviderFailure(kind="failed", message=EXHAUSTED)
         if isinstance(turn, ProviderFailure):

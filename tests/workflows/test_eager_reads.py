@@ -63,6 +63,7 @@ async def test_reads_run_inside_the_model_turn(harness: Harness) -> None:
         "model_turn",
         "model_turn",
         "write_handoff",
+        "model_turn",  # the post-run review
     ]
     events = await harness.events(run_id)
     done = {e["tool_call_id"]: e for e in events if e["type"] == "ToolCompleted"}

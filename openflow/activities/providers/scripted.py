@@ -17,6 +17,7 @@ from typing import Any
 from openflow.activities.providers.errors import ProviderError
 from openflow.engine.policy import HARNESS_ASK_QUESTION, HARNESS_REQUEST_INPUT, HARNESS_SUBMIT
 from openflow.engine.request import AgentRequest, ModelReply, RawToolCall, ToolSpec, UsageReport
+from openflow.engine.review import REVIEW_NODE
 from openflow.engine.transcript import (
     AssistantItem,
     ToolCallItem,
@@ -182,7 +183,13 @@ class ScriptedProvider:
         if "message" in turn:
             return ModelReply(wire="scripted", model=model, text=str(turn["message"]))
         if turn.get("echo"):
-            args = {"output": {"summary": echo_summary(request)}, "assistant_message": ""}
+            # The post-run review echoes with no suggestions: there is nothing to advise.
+            output: dict[str, Any] = (
+                {"suggestions": []}
+                if request.node_id == REVIEW_NODE
+                else {"summary": echo_summary(request)}
+            )
+            args = {"output": output, "assistant_message": ""}
             return ModelReply(
                 wire="scripted",
                 model=model,

@@ -152,7 +152,9 @@ async def test_nodes_on_two_providers_stream_deltas_to_the_live_channel(
 
     # Each node went to its own provider, with the key as credentials only.
     [draft_request] = anthropic_server.requests
-    [review_request] = openai_server.requests
+    # The review node's call, then the post-run review on the last node's provider.
+    review_request, post_run = openai_server.requests
+    assert "runEvidence" in json.dumps(post_run.json())
     assert draft_request.path == "/v1/messages"
     assert draft_request.headers["x-api-key"] == MARKER_KEY
     assert review_request.path == "/v1/responses"

@@ -1,12 +1,15 @@
-"""Record the golden histories replayed by test_golden_replay.py: `python -m tests.workflows.golden.record`.
+"""Record the golden histories replayed by test_golden_replay.py:
+`python -m tests.workflows.golden.record [name ...]` (all of them without names).
 
 Re-record only when a change is meant to be incompatible with runs already in flight (and then
-ship it under a new workflow name or behind `workflow.patched`).
+ship it under a new workflow name or behind `workflow.patched`). Histories recorded by earlier
+versions are kept on purpose: they show that runs those versions started still replay.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from tests.workflows.conftest import make_workflow, node
 HERE = Path(__file__).resolve().parent
 
 
-async def record() -> None:
+async def record(names: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         server = EmbeddedServer(home, address=f"127.0.0.1:{free_port()}", ui_port=free_port())
@@ -46,13 +49,18 @@ async def record() -> None:
                     [("idea", "plan"), ("idea", "risk"), ("plan", "join"), ("risk", "join")],
                     retry_policy={"max_attempts": 3, "backoff_ms": 10},
                 )
-                result = await local.run(
-                    wf, inputs=[("risk", "low")], approvals=[("", True)], script=None
-                )
-                assert result.status == "completed", result.status
-                history = await client.get_workflow_handle(result.run_id).fetch_history()
-                (HERE / "branch_join_people.json").write_text(history.to_json())
+                if not names or "branch_join_people" in names:
+                    result = await local.run(
+                        wf, inputs=[("risk", "low")], approvals=[("", True)], script=None
+                    )
+                    assert result.status == "completed", result.status
+                    history = await client.get_workflow_handle(result.run_id).fetch_history()
+                    (HERE / "branch_join_people.json").write_text(history.to_json())
+                if not names or "reads_and_review" in names:
+                    await _reads_and_review(client, home, local)
 
+                if names and "stopped_mid_tool" not in names:
+                    return
                 write_scripted_settings(
                     home,
                     {"slow": [{"tools": [{"name": "bash", "args": {"command": "sleep 20"}}]}]},
@@ -71,5 +79,45 @@ async def record() -> None:
                 (HERE / "stopped_mid_tool.json").write_text(history.to_json())
 
 
+async def _reads_and_review(client: object, home: Path, local: LocalRuns) -> None:
+    """A node whose reads run inside its model turns, then the post-run review."""
+    write_scripted_settings(
+        home,
+        {
+            "look": [
+                {"tools": [{"name": "write", "args": {"path": "n.txt", "content": "hi"}}]},
+                {
+                    "tools": [
+                        {"name": "read", "args": {"path": "n.txt"}},
+                        {"name": "ls", "args": {"path": "."}},
+                    ]
+                },
+                {"submit": {"summary": "looked"}},
+            ],
+            "__post_run_review": [
+                {
+                    "submit": {
+                        "suggestions": [
+                            {
+                                "category": "tools",
+                                "targetNodeId": "look",
+                                "title": "Read once",
+                                "evidence": "look listed the folder after reading its file",
+                                "recommendation": "List first, then read what you need.",
+                            }
+                        ]
+                    }
+                }
+            ],
+        },
+    )
+    wf = make_workflow([node("look", tools={"approvalMode": "yolo"})], [])
+    result = await local.run(wf, script=None)
+    assert result.status == "completed", result.status
+    assert result.report is not None and result.report["suggestions"], result.report
+    history = await client.get_workflow_handle(result.run_id).fetch_history()  # type: ignore[attr-defined]
+    (HERE / "reads_and_review.json").write_text(history.to_json())
+
+
 if __name__ == "__main__":
-    asyncio.run(record())
+    asyncio.run(record(sys.argv[1:]))

@@ -30,6 +30,7 @@ from openflow.engine.advance import reply_items
 from openflow.engine.errors import WorkflowFormatError
 from openflow.engine.policy import EAGER_TOOLS, HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
+from openflow.engine.review import REVIEW_NODE, render_evidence
 from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
 from openflow.engine.state import StoredItemRef
 from openflow.engine.subagents import snapshot_agents
@@ -259,6 +260,8 @@ class RunActivities:
         else:
             header = AgentRequest.model_validate_json(self.store.get_bytes(inp.run_id, header_key))
         request = header.model_copy(update={"turn_index": inp.turn_index})
+        if request.node_id == REVIEW_NODE:
+            request = self._with_conversations(inp.run_id, request)
         key = c.transcript_key(inp.node_id)
         blobs: dict[str, list[Any]] = {}
         lines = [
@@ -268,6 +271,21 @@ class RunActivities:
         transcript = self._transcript(inp.run_id, key)
         tools = self._offered(inp.run_id, request.tool_names)
         return request, transcript, tools, persisted
+
+    def _with_conversations(self, run_id: str, request: AgentRequest) -> AgentRequest:
+        """The post-run review's evidence with each node's whole conversation from the store,
+        rendered as the reviewer reads it (history carries the evidence without them)."""
+        evidence = (request.input or {}).get("runEvidence")
+        if not isinstance(evidence, dict):
+            return request
+        nodes = []
+        for node in evidence.get("nodes") or []:
+            lines = self.store.read_lines(run_id, c.transcript_key(str(node.get("id"))))
+            nodes.append({**node, "transcript": [json.loads(line) for line in lines]})
+        text, truncated = render_evidence({**evidence, "nodes": nodes})
+        return request.model_copy(
+            update={"input": {"runEvidence": text, "evidenceTruncated": truncated}}
+        )
 
     def _remote_store(self, run_id: str) -> bool:
         return self.store.run_dir(run_id) is None
@@ -304,7 +322,7 @@ class RunActivities:
                 }
             )
         try:
-            if inp.delta.items or self._remote_store(inp.run_id):
+            if inp.delta.items or inp.node_id == REVIEW_NODE or self._remote_store(inp.run_id):
                 prepared = await asyncio.to_thread(self._prepare_turn, inp)
             else:
                 # Nothing to write (the last turn left its reply in place) on the local disk:

@@ -74,7 +74,6 @@ def review_request(snapshot: RunSnapshot, node_id: str) -> AgentRequest:
     settings = snapshot.workflow.settings
     effort = patch.get("reasoning_effort", agent.reasoning_effort or settings.reasoning_effort)
     budget = agent.reasoning_budget_tokens or settings.reasoning_budget_tokens
-    evidence, truncated = run_evidence(snapshot)
     request = AgentRequest(
         workflow_id=snapshot.workflow.id,
         run_id=snapshot.run_id,
@@ -84,7 +83,8 @@ def review_request(snapshot: RunSnapshot, node_id: str) -> AgentRequest:
         provider_id=agent.provider_id or settings.provider_id,
         system_messages=(REVIEW_SYSTEM,),
         task_prompt=REVIEW_TASK,
-        input={"runEvidence": evidence, "evidenceTruncated": truncated},
+        # The conversations stay in the run store: the activity adds them, then renders it all.
+        input={"runEvidence": run_evidence(snapshot)},
         output_schema=SUGGESTIONS_SCHEMA,
         reasoning_effort=effort if isinstance(effort, str) else None,
         reasoning_budget_tokens=budget if isinstance(budget, int) else None,
@@ -93,8 +93,9 @@ def review_request(snapshot: RunSnapshot, node_id: str) -> AgentRequest:
     return request.model_copy(update={"harness_tools": tuple(harness_tool_specs(request))})
 
 
-def run_evidence(snapshot: RunSnapshot) -> tuple[str, bool]:
-    """What the reviewer reads, as pretty JSON, and whether its middle had to be left out."""
+def run_evidence(snapshot: RunSnapshot) -> dict[str, Any]:
+    """What the reviewer reads, except the nodes' conversations (`transcript` is left for the
+    activity to fill in from the run store, where they are whole)."""
     wf = snapshot.workflow
     nodes = []
     for node in wf.nodes:
@@ -111,13 +112,12 @@ def run_evidence(snapshot: RunSnapshot) -> tuple[str, bool]:
                 "modelAttempt": ns.model_attempt,
                 "retries": ns.retries,
                 "repairs": ns.repairs_done,
-                "transcript": [item.model_dump(mode="json") for item in ns.transcript],
-                "transcriptItemsBefore": ns.transcript_offset,
+                "transcriptItems": ns.transcript_offset + len(ns.transcript),
                 "output": ns.output,
                 "failed": ns.failed,
             }
         )
-    evidence = {
+    return {
         "workflow": {
             "id": wf.id,
             "name": wf.name,
@@ -134,6 +134,10 @@ def run_evidence(snapshot: RunSnapshot) -> tuple[str, bool]:
         },
         "failedNodes": sorted(n for n, ns in snapshot.nodes.items() if ns.failed is not None),
     }
+
+
+def render_evidence(evidence: dict[str, Any]) -> tuple[str, bool]:
+    """The evidence as the reviewer reads it: pretty JSON, its middle left out past 128 KiB."""
     text = json.dumps(evidence, indent=2, ensure_ascii=False, default=str)
     if len(text) <= EVIDENCE_LIMIT:
         return text, False
@@ -187,6 +191,7 @@ __all__ = [
     "REVIEW_NODE",
     "SUGGESTIONS_SCHEMA",
     "parse_suggestions",
+    "render_evidence",
     "review_request",
     "reviewer_node",
     "run_evidence",

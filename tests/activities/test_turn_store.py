@@ -168,3 +168,30 @@ async def test_reads_that_cannot_run_at_once_are_left_to_their_own_batch(
     assert await acts._eager_tools(_turn(TranscriptDelta(base_len=0)), request, mixed) == (None, [])
     asked = _turn(TranscriptDelta(base_len=0)).model_copy(update={"eager": False})
     assert await acts._eager_tools(asked, request, reply) == (None, [])
+
+
+def test_the_review_reads_each_conversation_from_the_store(tmp_path: Path) -> None:
+    from openflow.engine import advance as engine
+    from openflow.engine.review import REVIEW_NODE, review_request
+    from tests.engine.driver import single_agent_workflow
+
+    acts = make_activities(tmp_path, provider_factory=None)
+    snapshot = engine.start(single_agent_workflow(), "run-1", 0, entrypoint_text="go").snapshot
+    said = AssistantItem(content="I looked at everything twice.")
+    acts.store.append_lines("run-1", c.transcript_key("first"), [said.model_dump_json()], 0)
+    header = review_request(snapshot, "first")
+    inp = c.ModelTurnInput(
+        run_id="run-1",
+        call_id=f"model:{REVIEW_NODE}-9",
+        node_id=REVIEW_NODE,
+        turn_index=0,
+        header_digest="fedcba9876543210",
+        header=header,
+        delta=TranscriptDelta(base_len=0),
+        provider_id="scripted",
+    )
+    request, _, _, _ = acts._prepare_turn(inp)
+    assert request.input is not None and request.input["evidenceTruncated"] is False
+    text = request.input["runEvidence"]
+    assert isinstance(text, str) and "I looked at everything twice." in text
+    assert json.loads(text)["nodes"][0]["transcript"] == [said.model_dump(mode="json")]

@@ -8,6 +8,7 @@ from openflow.engine import advance as engine
 from openflow.engine.review import (
     NO_REVIEWER,
     REVIEW_NODE,
+    render_evidence,
     reviewer_node,
     run_evidence,
 )
@@ -56,7 +57,11 @@ def test_the_last_nodes_model_reviews_the_run_and_the_report_keeps_five_suggesti
     request = d.model.reviews[0].intent.request
     assert request.node_id == REVIEW_NODE and request.node_label == "Post-run review"
     assert request.model == "test-model" and request.tool_names == ()
-    assert request.input is not None and '"step-c"' in request.input["runEvidence"]
+    assert request.input is not None
+    evidence = request.input["runEvidence"]
+    assert [n["id"] for n in evidence["nodes"]] == ["step-a", "step-b", "step-c"]
+    assert evidence["nodes"][2]["output"] == {"summary": "c"}
+    assert "transcript" not in evidence["nodes"][0], "conversations stay in the run store"
     report = d.snapshot.report
     assert report is not None and report["suggestions_error"] is None
     suggestions = report["suggestions"]
@@ -128,8 +133,10 @@ def test_no_model_anywhere_means_no_reviewer() -> None:
 
 def test_evidence_past_its_limit_loses_its_middle() -> None:
     wf = single_agent_workflow(task_prompt="x" * 200_000)
-    text, truncated = run_evidence(engine.start(wf, "run", 0).snapshot)
+    text, truncated = render_evidence(run_evidence(engine.start(wf, "run", 0).snapshot))
     assert truncated and len(text) <= 128 * 1024
     assert "characters elided" in text and text.startswith("{")
-    short, cut = run_evidence(engine.start(single_agent_workflow(), "run", 0).snapshot)
+    short, cut = render_evidence(
+        run_evidence(engine.start(single_agent_workflow(), "run", 0).snapshot)
+    )
     assert not cut and '"taskPrompt": "Do first."' in short

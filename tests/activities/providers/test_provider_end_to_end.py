@@ -154,7 +154,9 @@ async def test_nodes_on_two_providers_stream_deltas_to_the_live_channel(
     [draft_request] = anthropic_server.requests
     # The review node's call, then the post-run review on the last node's provider.
     review_request, post_run = openai_server.requests
-    assert "runEvidence" in json.dumps(post_run.json())
+    sent = json.dumps(post_run.json())
+    # The review reads each node's whole conversation, which history does not carry.
+    assert "runEvidence" in sent and "Drafting the poem." in sent
     assert draft_request.path == "/v1/messages"
     assert draft_request.headers["x-api-key"] == MARKER_KEY
     assert review_request.path == "/v1/responses"

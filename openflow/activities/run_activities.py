@@ -288,7 +288,9 @@ class RunActivities:
         )
 
     def _remote_store(self, run_id: str) -> bool:
-        return self.store.run_dir(run_id) is None
+        # Local stores can tell whether a log changed (`stamp`); remote ones are read over the
+        # network and never on the event loop.
+        return getattr(self.store, "stamp", None) is None
 
     def _transcript(self, run_id: str, key: str) -> list[TranscriptItem]:
         """The stored transcript's items; lines read before are not parsed again, and a log

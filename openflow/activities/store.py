@@ -227,8 +227,11 @@ class FileRunStore:
     @contextlib.contextmanager
     def _locked(path: Path) -> Iterator[BinaryIO]:
         """Open the log exclusively: `flock` holds off other threads and other processes."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         with os.fdopen(fd, "r+b") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:

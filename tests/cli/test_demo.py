@@ -34,6 +34,7 @@ async def test_demo_runs_the_example_to_completion_and_exits_0(tmp_path: Path) -
     for label in ("Collect changes", "Draft notes", "Check upgrade risks", "Publish"):
         assert f"✔ {label} completed" in result.stdout
     assert "approved automatically" in result.stdout
+    assert "suggestion [workflow] (publish): Hand the risks to the notes" in result.stdout
 
     run_dir = home / "runs" / run_id
     notes = (run_dir / "workspace" / "RELEASE_NOTES.md").read_text()

@@ -98,6 +98,8 @@ class PrepareResult(_Model):
     active_provider: str
     tool_names: list[str]
     execution_dir: str
+    #: MCP tools whose server is marked `read`: approval treats their calls as reads.
+    read_tools: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     agents: list[CallableAgent] = Field(default_factory=list)
 

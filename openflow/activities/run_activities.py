@@ -180,6 +180,7 @@ class RunActivities:
         builtin = self._tool_specs_by_name()
         catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
         warnings: list[str] = []
+        read_tools: list[str] = []
         if settings.mcp:
             from openflow.activities.mcp import discover_tools
 
@@ -190,6 +191,7 @@ class RunActivities:
                 run_dir=self.store.run_dir(inp.run_id),
             )
             catalog += [tool.catalog_entry() for tool in mcp.tools]
+            read_tools = sorted(t.spec.name for t in mcp.tools if t.spec.tier == "read")
             warnings = mcp.warnings
         tool_names = sorted(entry["name"] for entry in catalog)
         if self.tools is not None:
@@ -212,6 +214,7 @@ class RunActivities:
             execution_dir=execution_dir,
             warnings=warnings,
             agents=self._callable_agents(wf),
+            read_tools=read_tools,
         )
 
     def _callable_agents(self, wf: Workflow) -> list[CallableAgent]:

@@ -706,6 +706,7 @@ def start(
     start_error: str | None = None,
     agents: Iterable[CallableAgent] = (),
     review: bool = True,
+    read_tools: Iterable[str] = (),
 ) -> Plan:
     """A new run's first plan: the initial snapshot and its first model calls.
 
@@ -729,6 +730,7 @@ def start(
         agents=kept,
         subagents={a.id: SubagentRecord(id=a.id, name=a.name, purpose=a.purpose) for a in kept},
         review_enabled=review,
+        read_tools=sorted(set(read_tools)),
     )
     run = _Run(snapshot, now_ms)
     run.emit(

@@ -17,6 +17,7 @@ from openflow.engine.events import RunEvent
 from openflow.engine.graph import ancestors, parents, parents_map
 from openflow.engine.harness import cache_key_for, harness_tool_specs
 from openflow.engine.policy import (
+    Tier,
     planning_tool_names,
     tool_tier,
 )
@@ -298,6 +299,13 @@ class RunBase:
             data["change_evidence_packet"] = self.s.packet.as_input()
         return data
 
+    def tier_of(self, name: str, arguments: dict[str, Any] | None = None) -> Tier:
+        """A call's approval tier: by name, or a read when the run's settings say the tool only
+        reads (an MCP server marked `read`; the original always asked for those)."""
+        if name in self.s.read_tools:
+            return "read"
+        return tool_tier(name, arguments)
+
     def offered_tools(self, node_id: str) -> list[str]:
         names = self.s.tool_names or []
         read_only = self.approval_mode(node_id) == "read_only"
@@ -306,7 +314,7 @@ class RunBase:
                 names, read_only=read_only, is_source=node_id == self.s.plan_source
             )
         if read_only:
-            return [n for n in names if tool_tier(n) == "read"]
+            return [n for n in names if self.tier_of(n) == "read"]
         return list(names)
 
     def node_model(self, node_id: str) -> str:

@@ -320,6 +320,9 @@ class RunSnapshot(_Model):
     terminal_error: str | None = None
     terminal_node: str | None = None
     finished: bool = False
+    #: Tools the run's settings declare read-only beyond the built-in reads (MCP servers marked
+    #: `read`): approval treats their calls as reads.
+    read_tools: list[str] = Field(default_factory=list)
     review_done: bool = False
     #: Whether a successful run ends with the post-run review (runs recorded before it existed
     #: replay without it).

@@ -50,7 +50,6 @@ from openflow.engine.policy import (
     approval_decision,
     batch_has_side_effects,
     plan_verdict,
-    tool_tier,
 )
 from openflow.engine.request import AgentRequest, ToolSpec
 from openflow.engine.spec import CallableAgent, Workflow, effective_output_schema
@@ -388,7 +387,7 @@ class Subagents(Turns):
         """The executable tools a subagent is offered (spec 4.2 subagent catalog)."""
         names = self.s.tool_names or []
         if mode == "read_only":
-            return [n for n in names if tool_tier(n) == "read"]
+            return [n for n in names if self.tier_of(n) == "read"]
         return list(names)
 
     def child_request(self, node_id: str, child: ChildRun) -> AgentRequest | None:
@@ -642,7 +641,7 @@ class Subagents(Turns):
         )
         if verdict == "deny":
             return prompts.denial_result(reason, by_user=False)
-        if approval_decision(mode, tool_tier(call.name, call.arguments)) == "deny":
+        if approval_decision(mode, self.tier_of(call.name, call.arguments)) == "deny":
             return prompts.denial_result(
                 f"this subagent is read-only and {call.name!r} changes things", by_user=False
             )

@@ -35,7 +35,6 @@ from openflow.engine.policy import (
     approval_decision,
     batch_has_side_effects,
     plan_verdict,
-    tool_tier,
 )
 from openflow.engine.protocol import (
     AUTO_CONTINUE_CAP,
@@ -238,7 +237,7 @@ class Turns(RunBase):
         )
         if verdict == "deny":
             return prompts.denial_result(reason, by_user=False)
-        decision = approval_decision(mode, tool_tier(call.name, args))
+        decision = approval_decision(mode, self.tier_of(call.name, args))
         if decision == "deny" and verdict == "normal":
             return prompts.denial_result(
                 f"node {node_id!r} is read-only and {call.name!r} changes things", by_user=False
@@ -319,7 +318,7 @@ class Turns(RunBase):
                 "nodeId": batch.node_id,
                 "nodeLabel": self.label(batch.node_id),
                 "toolCall": shown_call(first),
-                "tier": tool_tier(first.name, first.arguments),
+                "tier": self.tier_of(first.name, first.arguments),
                 "toolCalls": [shown_call(c) for c in calls],
             },
         )

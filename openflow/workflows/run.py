@@ -180,6 +180,7 @@ class OpenFlowRun:
                 tool_names=prepared.tool_names,
                 warnings=prepared.warnings,
                 agents=prepared.agents,
+                read_tools=prepared.read_tools,
                 # Runs recorded before the review existed must replay as they ran.
                 review=workflow.patched(POST_RUN_REVIEW),
             )

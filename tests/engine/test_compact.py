@@ -290,3 +290,30 @@ def test_a_kept_item_that_differs_from_the_written_reply_resends_from_there() ->
     first = nxt.delta.items[0]
     assert first.kind == "tool_call" and first.call.arguments == {"path": "src"}
     assert not any(isinstance(i, StoredItemRef) and not i.store_key for i in nxt.delta.items)
+
+
+def test_tools_the_settings_mark_read_pass_as_reads() -> None:
+    data = WF.model_dump(by_alias=True)
+    data["nodes"][0]["agent"]["tools"]["approvalMode"] = "read_only"
+    wf = Workflow.model_validate(data)
+    names = ["ls", "mcp_2_gh_search", "mcp_2_gh_merge"]
+    plain = engine.start(wf, "run", 0, entrypoint_text="go", tool_names=names)
+    marked = engine.start(
+        wf, "run", 0, entrypoint_text="go", tool_names=names, read_tools=["mcp_2_gh_search"]
+    )
+    # A read-only node is offered the marked tool, never the other one.
+    assert plain.intents[0].request.tool_names == ("ls",)
+    assert marked.intents[0].request.tool_names == ("ls", "mcp_2_gh_search")
+    reply = ModelReply(
+        wire="scripted",
+        tool_calls=(RawToolCall(id="c0", name="mcp_2_gh_search", arguments={"q": "x"}),),
+    )
+    call = marked.intents[0]
+    after = engine.advance(
+        marked.snapshot,
+        [ModelReplied(call_id=call.call_id, node_id="busy", reply=reply, reply_key="r")],
+        1,
+    )
+    batch = next(i for i in after.intents if i.kind == "run_tools")
+    assert batch.side_effects, "an MCP call is still sent at most once"
+    assert not any(e.type == "ToolApprovalRequested" for e in after.events)

@@ -68,3 +68,45 @@ async def test_a_node_calls_mcp_tools_and_reads_their_results(
         workflow_runner=sandbox_runner(),
     )
     await replayer.replay_workflow(history)
+
+
+async def test_tools_of_a_server_marked_read_run_without_asking(
+    client: Client, task_queue: str, openflow_home: Path, http_mcp: HttpMcp
+) -> None:
+    write_scripted_settings(
+        openflow_home,
+        {
+            "ask": [
+                {"tools": [{"name": ADD, "args": {"a": 2, "b": 3}, "id": "call-add"}]},
+                {"tools": [{"name": LOOKUP, "args": {"word": "durable"}, "id": "call-look"}]},
+                {"submit": {"summary": "done"}},
+            ]
+        },
+        exhausted=None,
+    )
+    # calc says its tools only read; web says nothing, so its tools are writes (as by default).
+    write_mcp_settings(
+        openflow_home, {"calc": stdio_config(policy={"tier": "read"}), "web": http_mcp.config()}
+    )
+    wf = make_workflow([node("ask")], [])  # approval mode "write": reads pass, writes ask
+    async with build_worker(client, task_queue, openflow_home):
+        runs = Runs(client, task_queue)
+        run_id = await runs.start(wf, entrypoint="use the tools")
+        for _ in range(400):
+            state = await runs.state(run_id)
+            if state["pendingApprovals"]:
+                break
+            await asyncio.sleep(0.05)
+        [pending] = state["pendingApprovals"]
+        assert [call["id"] for call in pending["toolCalls"]] == ["call-look"]
+        await runs.act(
+            run_id, c.Action(kind="approval", approval_id=pending["approvalId"], allow=True)
+        )
+        handle = client.get_workflow_handle(run_id)
+        result = c.RunResult.model_validate(await asyncio.wait_for(handle.result(), 60))
+        events = await handle.query(c.QUERY_EVENTS, {"after": 0}, result_type=list)
+    assert result.status == "completed"
+    asked = [e for e in events if e["type"] == "ToolApprovalRequested"]
+    assert len(asked) == 1 and asked[0]["request"]["tier"] == "write"
+    completed = {e["tool_call_id"]: e["content"] for e in events if e["type"] == "ToolCompleted"}
+    assert completed == {"call-add": "5", "call-look": "durable: found"}

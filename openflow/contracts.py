@@ -145,8 +145,8 @@ class ToolResultWire(ToolResultSummary):
 
 class ToolBatchResult(OmitDefaults, _Model):
     results: list[ToolResultWire]
-    #: Where the full results are stored; empty means the key its batch or model turn implies
-    #: (`batch_key`, `reply_key`), from `store_index` on.
+    #: Where the full results are stored, from `store_index` on; empty means the key its batch
+    #: implies (`batch_key`), or, for a model turn's reads, the transcript after its reply.
     store_key: str = ""
     store_index: int = 0
     interrupted: bool = False
@@ -157,12 +157,6 @@ class ToolBatchResult(OmitDefaults, _Model):
 
 def _segment(text: str) -> str:
     return quote(text, safe="-_.")
-
-
-def reply_key(node_id: str, call_id: str) -> str:
-    """Where a model turn's reply items were stored before turns wrote them to the transcript;
-    histories recorded then refer to it."""
-    return f"replies/{_segment(node_id)}/{_segment(call_id)}.json"
 
 
 def call_node(call_id: str) -> str:
@@ -229,7 +223,6 @@ __all__ = [
     "transcript_key",
     "ToolResultWire",
     "batch_key",
-    "reply_key",
     "ACTIVITY_HANDOFF",
     "ACTIVITY_MODEL_TURN",
     "ACTIVITY_PREPARE",

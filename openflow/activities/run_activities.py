@@ -120,7 +120,6 @@ class RunActivities:
         self._locks: dict[str, Any] = {}
         self._caches: dict[str, Any] = {}
         self._files: dict[tuple[str, str], Any] = {}
-        self._writes: set[concurrent.futures.Future[None]] = set()
         self._providers: dict[tuple[str, str], Any] = {}
         self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
         self._transcripts: dict[
@@ -422,20 +421,7 @@ class RunActivities:
             except Exception as exc:  # a cache write failing only costs a resend
                 log.warning("could not store %s for run %s: %s", key, run_id, exc)
 
-        future = self._writer.submit(write)
-        with _CACHE_LOCK:
-            self._writes.add(future)
-        future.add_done_callback(self._written)
-
-    def _written(self, future: concurrent.futures.Future[None]) -> None:
-        with _CACHE_LOCK:
-            self._writes.discard(future)
-
-    def flush(self) -> None:
-        """Wait for the background writes this worker has started."""
-        with _CACHE_LOCK:
-            pending = list(self._writes)
-        concurrent.futures.wait(pending)
+        self._writer.submit(write)
 
     def _profile(self, inp: c.ModelTurnInput) -> dict[str, Any]:
         """The profile the run started with, as prepare_run stored it (keys never included)."""

@@ -96,7 +96,6 @@ def test_history_leaves_out_zero_usage_and_a_total_that_is_the_sum() -> None:
 
 
 def test_store_keys_history_leaves_out_are_the_ones_activities_use() -> None:
-    assert c.reply_key("a b", "model:a b-3") == "replies/a%20b/model%3Aa%20b-3.json"
     assert c.batch_key("batch-4") == "batches/batch-4.json"
     result = c.ToolBatchResult(results=[c.ToolResultWire(content="x")], store_index=2)
     assert json.loads(result.model_dump_json()) == {"results": [{"content": "x"}], "store_index": 2}

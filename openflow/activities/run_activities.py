@@ -34,7 +34,7 @@ from openflow.engine.review import REVIEW_NODE, render_evidence
 from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
 from openflow.engine.state import StoredItemRef
 from openflow.engine.subagents import snapshot_agents
-from openflow.engine.transcript import ToolCall, ToolResultItem, TranscriptItem
+from openflow.engine.transcript import ToolResultItem, TranscriptItem
 from openflow.live import LiveChannel
 from openflow.paths import agents_path
 from openflow.settings import AppSettings, ProviderProfile, load_settings
@@ -622,15 +622,7 @@ class RunActivities:
             run_id=inp.run_id,
             batch_id=f"{inp.call_id}-tools",
             node_id=inp.node_id,
-            calls=[
-                ToolCall(
-                    id=call.id,
-                    name=call.name,
-                    arguments=call.arguments or {},
-                    provider_call_id=call.provider_call_id,
-                )
-                for call in calls
-            ],
+            calls=[call.as_call() for call in calls],
             side_effects=False,
         )
         try:

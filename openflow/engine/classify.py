@@ -302,15 +302,7 @@ def classify_reply(
     else:
         invalid = tuple(c.id for c in calls if c.arguments is None)
         outcome = ToolCalls(
-            calls=tuple(
-                ToolCall(
-                    id=c.id,
-                    name=c.name,
-                    arguments=c.arguments or {},
-                    provider_call_id=c.provider_call_id,
-                )
-                for c in calls
-            ),
+            calls=tuple(c.as_call() for c in calls),
             invalid_call_ids=invalid,
             assistant_message=strip_markup(text),
         )

@@ -47,16 +47,7 @@ def reply_items(reply: ModelReply) -> list[TranscriptItem]:
         items.append(AssistantItem(content=reply.text.strip()))
     for call in reply.tool_calls:
         if call.arguments is not None:
-            items.append(
-                ToolCallItem(
-                    call=ToolCall(
-                        id=call.id,
-                        name=call.name,
-                        arguments=call.arguments,
-                        provider_call_id=call.provider_call_id,
-                    )
-                )
-            )
+            items.append(ToolCallItem(call=call.as_call()))
     return items
 
 

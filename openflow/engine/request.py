@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from openflow.engine.transcript import Attachment, ReasoningBlock
+from openflow.engine.transcript import Attachment, ReasoningBlock, ToolCall
 from openflow.engine.wire import OmitDefaults
 
 ToolAccessPolicy = Literal["execution", "planning"]
@@ -87,6 +87,15 @@ class RawToolCall(OmitDefaults, _Model):
     arguments: dict[str, Any] | None = None
     arguments_raw: str = ""
     provider_call_id: str | None = None
+
+    def as_call(self) -> ToolCall:
+        """The call as the engine keeps it (arguments that did not parse become `{}`)."""
+        return ToolCall(
+            id=self.id,
+            name=self.name,
+            arguments=self.arguments or {},
+            provider_call_id=self.provider_call_id,
+        )
 
 
 class UsageReport(_Model):

@@ -275,10 +275,7 @@ class _Run(Subagents):
         )
 
     def on_review_reply(self, reply: ModelReply) -> None:
-        self.s.tokens_in += reply.usage.prompt_tokens if reply.usage else 0
-        self.s.tokens_out += reply.usage.completion_tokens if reply.usage else 0
-        if reply.usage is not None and reply.usage.cost_usd is not None:
-            self.s.cost_usd = round((self.s.cost_usd or 0.0) + reply.usage.cost_usd, 6)
+        self.count_usage(reply)  # spent like any call, reported in no event of its own
         outcome = classify_reply(reply, review.SUGGESTIONS_SCHEMA).outcome
         self.end_review(*review.parse_suggestions(outcome, set(self.by_id)))
 

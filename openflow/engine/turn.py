@@ -136,13 +136,19 @@ class Turns(RunBase):
         else:
             assert_never(outcome)
 
-    def report_usage(self, node_id: str, reply: ModelReply) -> None:
+    def count_usage(self, reply: ModelReply) -> None:
+        """Add a reply's tokens and cost to the run's totals."""
         if reply.usage is None:
             return
         self.s.tokens_in += reply.usage.prompt_tokens
         self.s.tokens_out += reply.usage.completion_tokens
         if reply.usage.cost_usd is not None:
             self.s.cost_usd = round((self.s.cost_usd or 0.0) + reply.usage.cost_usd, 6)
+
+    def report_usage(self, node_id: str, reply: ModelReply) -> None:
+        if reply.usage is None:
+            return
+        self.count_usage(reply)
         self.emit(
             "UsageReported",
             node_id=node_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from openflow.engine import advance as engine
@@ -71,6 +73,20 @@ def _turn(plan: Plan, i: int, persisted: int) -> Plan:
     )
 
 
+def _listing(plan: Plan, path: str = ".", **stored: Any) -> Plan:
+    """Answer the plan's model call with "looking" and one `ls` call; `stored` says where the
+    run store keeps the reply (ModelReplied's `reply_key`, `persisted_len`, `in_transcript`)."""
+    call = plan.intents[0]
+    assert call.kind == "call_model"
+    reply = ModelReply(
+        wire="scripted",
+        text="looking",
+        tool_calls=(RawToolCall(id="c0", name="ls", arguments={"path": path}),),
+    )
+    fact = ModelReplied(call_id=call.call_id, node_id="busy", reply=reply, **stored)
+    return engine.advance(plan.snapshot, [fact], 1)
+
+
 def test_compacted_snapshot_plans_the_same_next_call() -> None:
     plan = engine.start(WF, "run", 0, entrypoint_text="go", tool_names=["ls"])
     for i in range(100):
@@ -131,17 +147,7 @@ def test_a_reply_and_results_stored_together_are_one_reference() -> None:
     from openflow.engine.state import StoredItemRef
 
     plan = engine.start(WF, "run", 0, entrypoint_text="go", tool_names=["ls"])
-    call = plan.intents[0]
-    reply = ModelReply(
-        wire="scripted",
-        text="looking",
-        tool_calls=(RawToolCall(id="c0", name="ls", arguments={"path": "."}),),
-    )
-    plan = engine.advance(
-        plan.snapshot,
-        [ModelReplied(call_id=call.call_id, node_id="busy", reply=reply, reply_key="r0")],
-        1,
-    )
+    plan = _listing(plan, reply_key="r0")
     batch = plan.intents[0]
     assert batch.kind == "run_tools"
     # A model turn that ran its reads stores them after the reply's two items, in one list.
@@ -207,25 +213,8 @@ def test_a_reply_the_turn_wrote_to_the_transcript_is_not_sent_again() -> None:
     plan = engine.start(WF, "run", 0, entrypoint_text="go", tool_names=["ls"])
     call = plan.intents[0]
     assert (call.delta.base_len, call.delta.items) == (0, ())
-    reply = ModelReply(
-        wire="scripted",
-        text="looking",
-        tool_calls=(RawToolCall(id="c0", name="ls", arguments={"path": "."}),),
-    )
     # The activity wrote the reply's two items to lines 0 and 1.
-    plan = engine.advance(
-        plan.snapshot,
-        [
-            ModelReplied(
-                call_id=call.call_id,
-                node_id="busy",
-                reply=reply,
-                persisted_len=0,
-                in_transcript=True,
-            )
-        ],
-        1,
-    )
+    plan = _listing(plan, persisted_len=0, in_transcript=True)
     batch = plan.intents[0]
     assert batch.kind == "run_tools"
     ran_at_once = ToolsFinished(
@@ -254,36 +243,13 @@ def test_a_kept_item_that_differs_from_the_written_reply_resends_from_there() ->
     plan = engine.start(
         WF, "run", 0, entrypoint_text="go", tool_names=["ls"], execution_dir="/work/run"
     )
-    call = plan.intents[0]
     # An absolute path the engine keeps relative: its call item differs from line 1.
-    reply = ModelReply(
-        wire="scripted",
-        text="looking",
-        tool_calls=(RawToolCall(id="c0", name="ls", arguments={"path": "/work/run/src"}),),
+    plan = _listing(plan, "/work/run/src", persisted_len=0, in_transcript=True)
+    batch = next(i for i in plan.intents if i.kind == "run_tools")
+    result = ToolResultSummary(tool_call_id="c0", tool_name="ls", content="no")
+    after = engine.advance(
+        plan.snapshot, [ToolsFinished(batch_id=batch.batch_id, results=(result,))], 2
     )
-    plan = engine.advance(
-        plan.snapshot,
-        [
-            ModelReplied(
-                call_id=call.call_id,
-                node_id="busy",
-                reply=reply,
-                persisted_len=0,
-                in_transcript=True,
-            )
-        ],
-        1,
-    )
-    batch = next((i for i in plan.intents if i.kind == "run_tools"), None)
-    facts = []
-    if batch is not None:
-        facts = [
-            ToolsFinished(
-                batch_id=batch.batch_id,
-                results=(ToolResultSummary(tool_call_id="c0", tool_name="ls", content="no"),),
-            )
-        ]
-    after = engine.advance(plan.snapshot, facts, 2) if facts else plan
     nxt = next(i for i in after.intents if i.kind == "call_model")
     # Line 0 (the assistant text) is in place; from the call on, items are sent again.
     assert nxt.delta.base_len == 1

@@ -323,7 +323,7 @@ _TLS_HINTS: tuple[tuple[str, str], ...] = (
         "the server's certificate is not valid for the name it was reached by; set "
         "TEMPORAL_TLS_SERVER_NAME to a name the certificate holds",
     ),
-    ("Expired", "the server's certificate has expired or is not yet valid"),
+    ("InvalidCertificate(Expired", "the server's certificate has expired"),
     (
         "InvalidContentType",
         "the server did not answer in TLS (a plaintext port?); unset TEMPORAL_TLS and "
@@ -345,13 +345,26 @@ _TLS_HINTS: tuple[tuple[str, str], ...] = (
         "TEMPORAL_TLS_CLIENT_KEY_PATH",
     ),
     (
+        "KeyMismatch",
+        "TEMPORAL_TLS_CLIENT_KEY_PATH is not the key of TEMPORAL_TLS_CLIENT_CERT_PATH; give the "
+        "matching pair",
+    ),
+    (
         "UnknownCA",
         "the server does not trust the client certificate's CA; check "
         "TEMPORAL_TLS_CLIENT_CERT_PATH",
     ),
 )
 
-_TLS_MARKS = ("InvalidCertificate", "InvalidMessage", "AlertReceived", "PeerMisbehaved", "tls")
+_TLS_MARKS = (
+    "InvalidCertificate",
+    "InvalidMessage",
+    "AlertReceived",
+    "PeerMisbehaved",
+    "InconsistentKeys",
+    "tls",
+)
+_CLOSED = ("connection closed", "broken pipe", "transport error", "connection reset")
 _AUTH = re.compile(r"code:\s*(Unauthenticated|PermissionDenied)[^\n]*?message:\s*\"([^\"]*)\"")
 
 
@@ -371,10 +384,8 @@ def classify(message: str, target: TemporalTarget) -> ConnectError:
             f"Temporal address {target.address!r} (from {target.address_from}) is not a valid "
             f"HOST:PORT; set it like {DEFAULT_ADDRESS!r}"
         )
-    if any(mark.lower() in text.lower() for mark in _TLS_MARKS):
-        hint = next((h for mark, h in _TLS_HINTS if mark in text), None)
-        if hint is None:
-            hint = f"{_scrub(_tail(text), target)}; check the TEMPORAL_TLS_* settings"
+    hint = next((h for mark, h in _TLS_HINTS if mark in text), None)
+    if hint is not None:
         return TlsFailed(f"TLS handshake with Temporal at {target.address!r} failed: {hint}")
     if "dns error" in text or "lookup address" in text:
         host = target.address.rpartition(":")[0]
@@ -387,11 +398,24 @@ def classify(message: str, target: TemporalTarget) -> ConnectError:
         return Unreachable(
             f"cannot reach Temporal at {target.address!r} ({reason}); {_start(target)}"
         )
-    if not target.secure and ("transport error" in text or "broken pipe" in text.lower()):
+    if "after connection" in text and any(mark in text.lower() for mark in _CLOSED):
+        # The handshake looked fine to the client but the server hung up at the first call:
+        # a TLS server reached in plaintext, or (TLS 1.3) a client certificate it refused.
+        if target.secure:
+            return TlsFailed(
+                f"TLS handshake with Temporal at {target.address!r} failed: the server closed "
+                "the connection (it may require a client certificate it trusts); check "
+                "TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH"
+            )
         return TlsFailed(
             f"Temporal at {target.address!r} closed the connection at the first call; if it "
             "expects TLS set TEMPORAL_TLS=true (and TEMPORAL_TLS_SERVER_CA_CERT_PATH for a "
             "private CA)"
+        )
+    if any(mark.lower() in text.lower() for mark in _TLS_MARKS):
+        return TlsFailed(
+            f"TLS handshake with Temporal at {target.address!r} failed "
+            f"({_scrub(_tail(text), target)}); check the TEMPORAL_TLS_* settings"
         )
     return Unreachable(
         f"cannot reach Temporal at {target.address!r} ({_scrub(_tail(text), target)}); "

@@ -141,7 +141,8 @@ class _Forward(grpc.GenericRpcHandler):
                     request, metadata=kept, timeout=context.time_remaining()
                 )
             except grpc.aio.AioRpcError as exc:
-                await context.abort(exc.code(), exc.details() or "", exc.trailing_metadata())
+                trailing = tuple(exc.trailing_metadata() or ())
+                await context.abort(exc.code(), exc.details() or "", trailing)
             return response
 
         return grpc.unary_unary_rpc_method_handler(forward)

@@ -13,7 +13,8 @@ from pathlib import Path
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from openflow.api import health, inbox, runs, workflows
+from openflow.activities.store import FileRunStore, RunStore
+from openflow.api import files, health, inbox, runs, workflows
 from openflow.api.auth import TenantKeys
 from openflow.api.deps import ApiContext
 from openflow.api.errors import ServiceUnavailable, UnsafeBind, install_error_handlers
@@ -47,6 +48,7 @@ def create_app(
     require_keys: bool = False,
     poll_interval: float = 0.25,
     keepalive_interval: float = 15.0,
+    store: RunStore | None = None,
 ) -> FastAPI:
     """The API app; without `client` it connects to the configured Temporal at start-up."""
     home = home if home is not None else openflow_home()
@@ -68,6 +70,7 @@ def create_app(
         poll_interval=poll_interval,
         keepalive_interval=keepalive_interval,
         client=client,
+        store=store if store is not None else FileRunStore(home / "runs"),
     )
 
     @contextlib.asynccontextmanager
@@ -91,6 +94,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(workflows.router)
     app.include_router(runs.router)
+    app.include_router(files.router)
     app.include_router(inbox.router)
     app.add_middleware(ErrorBoundary)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from temporalio.client import Client
 
+from openflow.activities.store import FileRunStore, RunStore
 from openflow.api.auth import TenantKeys, tenant_home
 from openflow.api.errors import ServiceUnavailable
 from openflow.api.sse import LiveSource
@@ -39,6 +40,7 @@ class ApiContext:
     poll_interval: float = 0.25
     keepalive_interval: float = 15.0
     client: Client | None = None
+    store: RunStore = field(default_factory=FileRunStore)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def temporal(self) -> Client:

@@ -180,7 +180,8 @@ def load_target(
 
     `address` and `namespace`, when given, win over everything (a caller that knows them).
     """
-    env = dict(os.environ if env is None else env)
+    # An empty variable is an unset one (compose's `${TEMPORAL_API_KEY:-}`), not "TLS on".
+    env = {k: v for k, v in (os.environ if env is None else env).items() if v.strip()}
     config_file = _env_value(env, "TEMPORAL_CONFIG_FILE")
     if config_file is not None:
         path = Path(config_file).expanduser()

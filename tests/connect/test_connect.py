@@ -252,7 +252,8 @@ async def test_openflow_variables_win_and_keys_never_print(tmp_path: Path) -> No
         {**env, "OPENFLOW_TEMPORAL_ADDRESS": "10.0.0.5:7000", "OPENFLOW_NAMESPACE": "x"}
     )
     assert (ours.address, ours.namespace) == ("10.0.0.5:7000", "x")
-    plain = load_target(BLANK)
+    empty = {**BLANK, "TEMPORAL_API_KEY": "", "TEMPORAL_TLS": "", "TEMPORAL_NAMESPACE": ""}
+    plain = load_target(empty)
     assert (plain.address, plain.namespace, plain.secure) == ("127.0.0.1:7233", "default", False)
     bad_toml = tmp_path / "bad.toml"
     bad_toml.write_text(f'[profile.default]\napi_key = "{API_KEY}\n')

@@ -35,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
 from openflow.client import ActionRejected, RunConflict, RunError, RunNotFound, Runs
+from openflow.connect import ConnectError, connect, load_target
 from openflow.engine.errors import WorkflowFormatError
 from openflow.engine.graph import workflow_problems
 from openflow.engine.spec import Workflow
@@ -322,7 +323,7 @@ async def serve_worker(home: Path | None = None) -> int:
     worker = build_worker(client, queue, home)
     running = asyncio.create_task(worker.run(), name="worker")
     print(
-        f"Worker on {temporal_address()} (namespace {temporal_namespace()!r}), "
+        f"Worker on {load_target().describe()}, "
         f"task queue {queue!r}, home {home}. Press Ctrl-C to stop.",
         flush=True,
     )
@@ -367,7 +368,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     _require_free_port(args.host, args.port, "--port")
     try:
         serve(args.host, args.port, openflow_home())
-    except UnsafeBind as exc:
+    except (UnsafeBind, SettingsError, ConnectError) as exc:
         raise BadInput(str(exc)) from None
     return EXIT_OK
 
@@ -668,11 +669,12 @@ def _report_outcome(console: Console, run_id: str, outcome: FollowOutcome) -> in
 def run_ui_url(run_id: str) -> str:
     """The Web UI page of a run: $OPENFLOW_UI_URL, else the embedded server's UI port."""
     base = os.environ.get("OPENFLOW_UI_URL", "").strip().rstrip("/")
+    target = load_target()
     if not base:
-        host, _, port = temporal_address().rpartition(":")
+        host, _, port = target.address.rpartition(":")
         ui_port = int(port) + 1000 if port.isdigit() else 8233
         base = f"http://{host or '127.0.0.1'}:{ui_port}"
-    return f"{base}/namespaces/{temporal_namespace()}/workflows/{run_id}"
+    return f"{base}/namespaces/{target.namespace}/workflows/{run_id}"
 
 
 # --- runs ------------------------------------------------------------------------------------
@@ -844,18 +846,11 @@ def cmd_runs_resume(args: argparse.Namespace) -> int:
 
 
 async def connect_client() -> Client:
-    """A client of $OPENFLOW_TEMPORAL_ADDRESS; BadInput says how to start a server."""
-    address, namespace = temporal_address(), temporal_namespace()
+    """A client of the configured Temporal (`openflow.connect`); BadInput says what failed."""
     try:
-        return await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter
-        )
-    except RuntimeError as exc:
-        reason = "connection refused" if "refused" in str(exc).lower() else _first_line(str(exc))
-        raise BadInput(
-            f"cannot reach Temporal at {address!r} ({reason}); start it with `openflow server` "
-            "or `openflow dev`, or set OPENFLOW_TEMPORAL_ADDRESS"
-        ) from None
+        return await connect(load_target())
+    except ConnectError as exc:
+        raise BadInput(str(exc)) from None
 
 
 async def connect_runs() -> Runs:
@@ -922,7 +917,7 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
         raise BadInput(str(exc)) from None
     except ServerError as exc:
         raise BadInput(_server_problem(exc)) from None
-    except SettingsError as exc:
+    except (SettingsError, ConnectError) as exc:
         raise BadInput(str(exc)) from None
     except WorkflowAlreadyStartedError as exc:
         raise BadInput(
@@ -933,10 +928,17 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     except RPCError as exc:
         if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
             raise BadInput(
-                f"lost Temporal at {temporal_address()!r} ({_first_line(exc.message)}); "
+                f"lost Temporal at {_target_address()!r} ({_first_line(exc.message)}); "
                 "check that the server is up"
             ) from None
         raise BadInput(f"Temporal refused the request: {_first_line(exc.message)}") from None
+
+
+def _target_address() -> str:
+    try:
+        return load_target().address
+    except ConnectError:
+        return temporal_address()
 
 
 def _server_problem(exc: ServerError) -> str:

@@ -170,7 +170,7 @@ def _family(host: str) -> socket.AddressFamily:
 
 def _split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ServerError(
             f"Temporal address {address!r} is not HOST:PORT; "
             f"set OPENFLOW_TEMPORAL_ADDRESS like {DEFAULT_ADDRESS!r}"
@@ -364,8 +364,10 @@ class EmbeddedServer:
         self, data_converter: DataConverter = pydantic_data_converter, **kwargs: Any
     ) -> Client:
         """Connect a client to this server (OpenFlow's pydantic converter unless told otherwise)."""
-        kwargs.setdefault("namespace", self.namespace)
-        return await Client.connect(self.address, data_converter=data_converter, **kwargs)
+        from openflow.connect import connect, local_target
+
+        target = local_target(self.address, kwargs.pop("namespace", self.namespace))
+        return await connect(target, data_converter=data_converter, check_namespace=False, **kwargs)
 
     async def __aenter__(self) -> EmbeddedServer:
         await self.start()

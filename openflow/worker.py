@@ -12,7 +12,6 @@ from typing import Any
 
 import pydantic
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -137,11 +136,12 @@ def build_worker(
     )
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
-    """A client that speaks the project's pydantic payloads."""
-    return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter
-    )
+async def connect(address: str | None = None, namespace: str | None = None) -> Client:
+    """A client of the configured Temporal (`openflow.connect`), speaking pydantic payloads."""
+    from openflow.connect import connect as connect_target
+    from openflow.connect import load_target
+
+    return await connect_target(load_target(address=address, namespace=namespace))
 
 
 __all__ = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import sys
@@ -12,12 +13,14 @@ from pathlib import Path
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from openflow.api import health, inbox, runs, workflows
+from openflow.activities.store import FileRunStore, RunStore
+from openflow.api import files, health, inbox, runs, workflows
 from openflow.api.auth import TenantKeys
 from openflow.api.deps import ApiContext
 from openflow.api.errors import ServiceUnavailable, UnsafeBind, install_error_handlers
 from openflow.api.middleware import BodyLimit, ErrorBoundary
 from openflow.api.sse import LiveSource
+from openflow.connect import ConnectError, connect, load_target
 from openflow.paths import openflow_home
 from openflow.server import task_queue as default_task_queue
 from openflow.server import temporal_address, temporal_namespace
@@ -29,8 +32,8 @@ DEFAULT_MAX_BODY_BYTES = 1_048_576
 DESCRIPTION = """\
 Start OpenFlow runs, follow them live, answer their pauses and manage the workflow catalog.
 
-Authenticate with `Authorization: Bearer <key>` using a key from settings.json `api_keys`
-(with no keys configured the API serves loopback only and needs none). Every error is
+Authenticate with `Authorization: Bearer <key>` using a key from settings.json `api_keys` or
+`OPENFLOW_API_KEYS` (with no keys configured the API serves loopback only and needs none). Every error is
 `{"error": {"code", "message", "details"?}}`.
 """
 
@@ -45,9 +48,14 @@ def create_app(
     require_keys: bool = False,
     poll_interval: float = 0.25,
     keepalive_interval: float = 15.0,
+    store: RunStore | None = None,
 ) -> FastAPI:
-    """The API app; without `client` it connects to `$OPENFLOW_TEMPORAL_ADDRESS` at start-up."""
+    """The API app; without `client` it connects to the configured Temporal at start-up."""
     home = home if home is not None else openflow_home()
+    address, namespace = temporal_address(), temporal_namespace()
+    with contextlib.suppress(ConnectError):  # said again, with the reason, on first use
+        target = load_target()
+        address, namespace = target.address, target.namespace
     if live is None:
         from openflow.live import FileLiveChannel
 
@@ -55,13 +63,14 @@ def create_app(
     context = ApiContext(
         home=home,
         task_queue=task_queue or default_task_queue(),
-        namespace=client.namespace if client is not None else temporal_namespace(),
-        address=temporal_address(),
+        namespace=client.namespace if client is not None else namespace,
+        address=address,
         keys=TenantKeys(home, require_keys=require_keys),
         live=live,
         poll_interval=poll_interval,
         keepalive_interval=keepalive_interval,
         client=client,
+        store=store if store is not None else FileRunStore(home / "runs"),
     )
 
     @contextlib.asynccontextmanager
@@ -85,6 +94,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(workflows.router)
     app.include_router(runs.router)
+    app.include_router(files.router)
     app.include_router(inbox.router)
     app.add_middleware(ErrorBoundary)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
@@ -103,27 +113,37 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, home: Path | None = None) -> None:
-    """Serve the API with uvicorn until interrupted; raises UnsafeBind for an open, keyless bind."""
-    import uvicorn
+    """Serve the API with uvicorn until interrupted.
 
+    Raises UnsafeBind for an open, keyless bind, ApiKeysInvalid for a bad OPENFLOW_API_KEYS and
+    ConnectError when Temporal refuses the connection: the API does not start half-configured.
+    """
     home = home if home is not None else openflow_home()
     loopback = is_loopback(host)
     keys = TenantKeys(home)
     if not keys.configured and not loopback:
         raise UnsafeBind(
-            f"refusing to serve the API on {host!r}: settings.json has no api_keys, so anyone "
-            f"who reaches the port could drive every run; add api_keys to "
-            f"{home / 'settings.json'} or use --host 127.0.0.1"
+            f"refusing to serve the API on {host!r}: no API keys are configured, so anyone "
+            f"who reaches the port could drive every run; set OPENFLOW_API_KEYS=KEY=TENANT "
+            f"or add api_keys to {home / 'settings.json'} or use --host 127.0.0.1"
         )
-    app = create_app(home=home, require_keys=not loopback)
-    if not keys.configured:
+    asyncio.run(_serve(host, port, home, loopback=loopback, keyless=not keys.configured))
+
+
+async def _serve(host: str, port: int, home: Path, *, loopback: bool, keyless: bool) -> None:
+    import uvicorn
+
+    client = await connect(load_target())
+    app = create_app(client, home=home, require_keys=not loopback)
+    if keyless:
         print(
             f"OpenFlow API: no API keys configured, serving loopback only "
             f"(http://{host}:{port}, docs at /docs)",
             file=sys.stderr,
             flush=True,
         )
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+    await server.serve()
 
 
 def _version() -> str:

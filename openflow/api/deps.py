@@ -12,13 +12,14 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
+from openflow.activities.store import FileRunStore, RunStore
 from openflow.api.auth import TenantKeys, tenant_home
 from openflow.api.errors import ServiceUnavailable
 from openflow.api.sse import LiveSource
 from openflow.catalog import Catalog
 from openflow.client import Runs
+from openflow.connect import ConnectError, TemporalTarget, connect, load_target
 
 logger = logging.getLogger(__name__)
 
@@ -34,31 +35,26 @@ class ApiContext:
     namespace: str
     address: str
     keys: TenantKeys
+    target: TemporalTarget | None = None
     live: LiveSource | None = None
     poll_interval: float = 0.25
     keepalive_interval: float = 15.0
     client: Client | None = None
+    store: RunStore = field(default_factory=FileRunStore)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def temporal(self) -> Client:
-        """The Temporal client, connecting on first use; 503 while Temporal is unreachable."""
+        """The Temporal client, connecting on first use; 503 (saying why) while it cannot."""
         if self.client is not None:
             return self.client
         async with self._lock:
             if self.client is None:
                 try:
-                    self.client = await Client.connect(
-                        self.address,
-                        namespace=self.namespace,
-                        data_converter=pydantic_data_converter,
-                        connect_timeout=CONNECT_TIMEOUT,
-                    )
-                except Exception as exc:  # any connect failure means the same to a caller
-                    logger.warning("cannot reach Temporal at %s: %s", self.address, exc)
-                    raise ServiceUnavailable(
-                        f"Temporal at {self.address} cannot be reached; start it "
-                        "(`openflow server`) or set OPENFLOW_TEMPORAL_ADDRESS"
-                    ) from None
+                    target = self.target if self.target is not None else load_target()
+                    self.client = await connect(target, connect_timeout=CONNECT_TIMEOUT)
+                except ConnectError as exc:
+                    logger.warning("%s", exc)
+                    raise ServiceUnavailable(str(exc)) from None
             return self.client
 
 

@@ -16,7 +16,7 @@ from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedErro
 from temporalio.common import RawValue
 
 from openflow.contracts import Action
-from openflow.server import EmbeddedServer
+from openflow.server import EmbeddedServer, find_temporal_binary
 from tests.workflows.conftest import Harness, make_workflow, node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -234,7 +234,7 @@ async def test_the_signal_command_without_input_leaves_the_run_alive(
     run_id = await harness.start(make_workflow([node("ask", requestUserInput=True)], []))
     await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
     base = [
-        "temporal",
+        str(find_temporal_binary()),
         "workflow",
         "signal",
         "--address",

@@ -183,6 +183,7 @@ def action_signal(name: str) -> Callable[[Callable[[W, c.Action], None]], Callab
         handler.__name__ = apply.__name__
         handler.__qualname__ = apply.__qualname__
         handler.__doc__ = apply.__doc__
+        handler.__openflow_gated__ = True  # type: ignore[attr-defined]
         return workflow.signal(name=name)(handler)
 
     return decorate

@@ -11,15 +11,32 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 
 from openflow.contracts import Action
 from openflow.server import EmbeddedServer, find_temporal_binary
+from openflow.workflows.handlers import SIGNALS
+from openflow.workflows.run import OpenFlowRun
 from tests.workflows.conftest import Harness, make_workflow, node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def test_every_handler_reads_its_own_arguments() -> None:
+    """A handler added later must go through `openflow.workflows.handlers` too."""
+    defn = workflow._Definition.must_from_class(OpenFlowRun)
+    for name, signal in defn.signals.items():
+        assert name in SIGNALS and getattr(signal.fn, "__openflow_gated__", False), (
+            f"signal {name!r} must be registered with handlers.action_signal"
+        )
+    handlers = [*defn.queries.items(), *defn.updates.items()]
+    for name, handler in handlers:
+        assert handler.arg_types is None, f"{name!r} must take *args and read them itself"
+    assert all(update.validator is not None for update in defn.updates.values())
+
 
 NO_ARG = object()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,7 +27,7 @@ COMPAT = Path(__file__).resolve().parents[3] / "shared" / "compat"
 
 node = agent_node
 
-# Executions already replayed, with their history length, so the automatic replay skips them.
+# Executions already replayed, as far as their history went, so the automatic replay skips them.
 _REPLAYED: set[tuple[str, str, int]] = set()
 
 
@@ -49,8 +50,9 @@ async def replay_history(history: WorkflowHistory) -> None:
 
 
 def _replay_key(history: WorkflowHistory) -> tuple[str, str, int]:
-    started = history.events[0].workflow_execution_started_event_attributes
-    return (history.workflow_id, started.original_execution_run_id, len(history.events))
+    """One execution's history as far as it goes (its start event tells executions apart)."""
+    started = hashlib.sha256(history.events[0].SerializeToString()).hexdigest()
+    return (history.workflow_id, started, len(history.events))
 
 
 async def replay_queue(client: Client, task_queue: str) -> int:

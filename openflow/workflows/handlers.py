@@ -18,7 +18,7 @@ in the worker's log, before any workflow code runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from temporalio import workflow
 
@@ -135,17 +135,18 @@ def read_signal(name: str, args: tuple[Any, ...]) -> c.Action:
 def read_act(args: tuple[Any, ...]) -> c.Action:
     """The action an `act` update carries; `Malformed` says why there is none."""
     payload = _one_object(args, c.UPDATE_ACT, "{kind, ...}")
-    kind = payload.get("kind")
-    spec = ACTS.get(kind) if isinstance(kind, str) else None
-    if spec is None:
-        raise Malformed(f"kind must be one of {', '.join(ACTS)}", describe(payload))
+    kinds = get_args(c.Action.model_fields["kind"].annotation)
+    if payload.get("kind") not in kinds:
+        raise Malformed(f"kind must be one of {', '.join(kinds)}", describe(payload))
     try:
         action = c.Action.model_validate(payload)
     except ValidationError as exc:
         raise Malformed(_errors(exc), describe(payload)) from None
-    missing = [k for k in spec.required if getattr(action, k) is None]
+    spec = ACTS.get(action.kind)
+    required = spec.required if spec is not None else ()
+    missing = [k for k in required if getattr(action, k) is None]
     if missing:
-        raise Malformed(f"an {spec.kind} action needs {', '.join(missing)}", describe(payload))
+        raise Malformed(f"an {action.kind} action needs {', '.join(missing)}", describe(payload))
     return action
 
 

@@ -21,6 +21,7 @@ from openflow.engine.policy import EAGER_TOOLS, SEAL_TOOL, approval_decision
 from openflow.engine.request import ModelReply
 from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.state import (
+    ActionMalformed,
     ApprovalDecided,
     Awaiting,
     CallModel,
@@ -375,6 +376,9 @@ class _Run(Subagents):
                 self.emit("ActionIgnored", action=fact.model_dump(mode="json"), reason=reason)
             else:
                 self.on_action(fact)
+        elif isinstance(fact, ActionMalformed):
+            action = {"kind": fact.action, "payload": fact.payload}
+            self.emit("ActionIgnored", action=action, reason=fact.reason, signal=fact.signal)
         elif isinstance(fact, TimerFired):
             if self.child_timer_fired(fact.node_id):
                 return

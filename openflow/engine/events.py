@@ -403,11 +403,14 @@ class OutputRepairFailed(_Event):
 
 
 class ActionIgnored(_Event):
-    """A signal that matched no pending pause or live node; it changes nothing else."""
+    """A signal that matched no pending pause or live node, or did not parse; it changes
+    nothing else. `signal` names the signal when its payload did not parse (then `action`
+    holds only the action's kind and a description of the payload's shape)."""
 
     type: Literal["ActionIgnored"] = "ActionIgnored"
     action: dict[str, Any]
     reason: str
+    signal: str | None = None
 
 
 class RunStarted(_Event):

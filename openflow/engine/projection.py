@@ -255,12 +255,22 @@ def trim_state(state: WorkflowRunState) -> WorkflowRunState:
 def apply_event(state: WorkflowRunState, event: RunEvent) -> WorkflowRunState:
     """The state after one more event (spec 9.3); the input state is left untouched."""
     if isinstance(event, ActionIgnored):
-        return state
+        # Only the trace notes it: the waiting reason and every status stay as they were.
+        draft = state.model_copy()
+        _trace(draft, None, "ignored action", "completed", _ignored(event), event.at_ms)
+        return draft
     draft = state.model_copy()
     draft.waiting_reason = None
     _apply(draft, event)
     draft.status = _derive_status(draft)
     return draft
+
+
+def _ignored(event: ActionIgnored) -> str:
+    what = event.signal or str(event.action.get("kind") or "action")
+    node = event.action.get("node_id")
+    target = f" for {node[:80]!r}" if isinstance(node, str) and node else ""
+    return f"ignored {what}{target}: {event.reason}"
 
 
 def project(events: Iterable[RunEvent], initial: WorkflowRunState) -> WorkflowRunState:

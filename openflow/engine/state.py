@@ -478,6 +478,20 @@ class MessageSent(_Frozen):
     text: str
 
 
+class ActionMalformed(_Frozen):
+    """A signal whose payload did not parse: recorded as ignored, and it changes nothing else.
+
+    `action` is the kind of action the signal carries (`input`, `approval`, ...); `payload`
+    describes what came (its shape, never its text).
+    """
+
+    kind: Literal["action_malformed"] = "action_malformed"
+    signal: str
+    reason: str
+    action: str = ""
+    payload: str = ""
+
+
 class TimerFired(_Frozen):
     kind: Literal["timer"] = "timer"
     node_id: str
@@ -508,6 +522,7 @@ Fact = Annotated[
     | ApprovalDecided
     | RetryRequested
     | MessageSent
+    | ActionMalformed
     | TimerFired
     | CancelRequested
     | CatalogFrozen,
@@ -587,6 +602,7 @@ class Plan(_Frozen):
 
 
 __all__ = [
+    "ActionMalformed",
     "ApprovalDecided",
     "Awaiting",
     "CallModel",

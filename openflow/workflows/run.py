@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from openflow.engine.request import ProviderFailure
     from openflow.engine.state import (
+        ActionMalformed,
         ApprovalDecided,
         CallModel,
         CancelRequested,
@@ -56,6 +57,13 @@ with workflow.unsafe.imports_passed_through():
         WriteHandoff,
     )
     from openflow.engine.transcript import ToolCall
+    from openflow.workflows.handlers import (
+        Malformed,
+        action_signal,
+        plain_query,
+        read_act,
+        read_after,
+    )
 
 _EVENT = TypeAdapter(RunEvent)
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
@@ -591,33 +599,44 @@ class OpenFlowRun:
         self._received += 1
         self._facts.append(_action_fact(action))
 
-    @workflow.signal(name=c.SIGNAL_INPUT)
-    def submit_user_input(self, payload: dict[str, Any]) -> None:
-        self._receive(c.Action(kind="input", **_fields(payload, "node_id", "text")))
+    def _ignore(self, fact: ActionMalformed) -> None:
+        """A signal that did not parse: the engine records it, and nothing else changes."""
+        self._facts.append(fact)
 
-    @workflow.signal(name=c.SIGNAL_APPROVAL)
-    def submit_tool_approval(self, payload: dict[str, Any]) -> None:
-        self._receive(
-            c.Action(kind="approval", **_fields(payload, "approval_id", "allow", "reason"))
-        )
+    # Every handler reads its own arguments (`openflow.workflows.handlers`): nothing a caller
+    # sends can raise out of a signal handler and fail the run.
 
-    @workflow.signal(name=c.SIGNAL_RETRY)
-    def retry_node(self, payload: dict[str, Any]) -> None:
-        self._receive(c.Action(kind="retry", **_fields(payload, "node_id", "message")))
+    @action_signal(c.SIGNAL_INPUT)
+    def submit_user_input(self, action: c.Action) -> None:
+        self._receive(action)
 
-    @workflow.signal(name=c.SIGNAL_MESSAGE)
-    def send_message(self, payload: dict[str, Any]) -> None:
-        self._receive(c.Action(kind="message", **_fields(payload, "node_id", "text")))
+    @action_signal(c.SIGNAL_APPROVAL)
+    def submit_tool_approval(self, action: c.Action) -> None:
+        self._receive(action)
+
+    @action_signal(c.SIGNAL_RETRY)
+    def retry_node(self, action: c.Action) -> None:
+        self._receive(action)
+
+    @action_signal(c.SIGNAL_MESSAGE)
+    def send_message(self, action: c.Action) -> None:
+        self._receive(action)
 
     @workflow.update(name=c.UPDATE_ACT)
-    async def act(self, action: c.Action) -> dict[str, Any]:
-        self._receive(action)
+    async def act(self, *args: Any) -> dict[str, Any]:
+        # The validator read these arguments when the update arrived (it does not run again on
+        # replay), so they parse: the same model as before.
+        self._receive(c.Action.model_validate(args[0]))
         target = self._received
         await workflow.wait_condition(lambda: self._applied >= target or self._finished())
         return {"accepted": True, "status": self._status}
 
     @act.validator
-    def _validate_act(self, action: c.Action) -> None:
+    def _validate_act(self, *args: Any) -> None:
+        try:
+            action = read_act(args)
+        except Malformed as bad:
+            raise ValueError(bad.reason) from None
         if self._snapshot is None:
             raise ValueError("the run is still starting; try again in a moment")
         reason = engine.check(self._snapshot, _action_fact(action))
@@ -627,13 +646,13 @@ class OpenFlowRun:
     def _finished(self) -> bool:
         return self._snapshot is not None and self._snapshot.finished
 
-    @workflow.query(name=c.QUERY_STATE)
+    @plain_query(c.QUERY_STATE)
     def state(self) -> dict[str, Any]:
         data = self._projection().as_json()
         data["status"] = self._status
         return data
 
-    @workflow.query(name=c.QUERY_CHECKPOINT)
+    @plain_query(c.QUERY_CHECKPOINT)
     def checkpoint(self) -> dict[str, Any]:
         """The latest snapshot with what a resume needs to continue from it."""
         if self._input is None or self._snapshot is None:
@@ -659,11 +678,11 @@ class OpenFlowRun:
         }
 
     @workflow.query(name=c.QUERY_EVENTS)
-    def events(self, query: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        after = int((query or {}).get("after", 0) or 0)
+    def events(self, *args: Any) -> list[dict[str, Any]]:
+        after = read_after(args)
         return [e.model_dump(mode="json") for e in self._events if e.seq > after]
 
-    @workflow.query(name=c.QUERY_EVENTS_ORIGIN)
+    @plain_query(c.QUERY_EVENTS_ORIGIN)
     def events_origin(self) -> dict[str, Any]:
         """Where this execution's events start, and the execution that holds the earlier ones."""
         return {"first_seq": self._first_seq, "previous_run_id": self._previous_run_id}
@@ -691,10 +710,6 @@ class OpenFlowRun:
             self._state = apply_event(self._state, self._events[self._projected])
             self._projected += 1
         return self._state
-
-
-def _fields(payload: dict[str, Any], *names: str) -> dict[str, Any]:
-    return {name: payload.get(name) for name in names if name in payload}
 
 
 __all__ = ["EngineFault", "OpenFlowRun"]

@@ -711,7 +711,7 @@ def test_subagents_are_tracked_and_announced() -> None:
 # --- waiting reason, ignored actions, status ----------------------------------------------
 
 
-def test_every_event_clears_the_waiting_reason_but_an_ignored_action_changes_nothing() -> None:
+def test_an_ignored_action_keeps_the_waiting_reason_and_adds_a_trace_line() -> None:
     retrying = [
         *started(),
         NodeRetrying(node_id="plan", label="Plan", attempt=1, backoff_ms=500, error="429"),
@@ -721,7 +721,20 @@ def test_every_event_clears_the_waiting_reason_but_an_ignored_action_changes_not
     ignored = apply_event(
         waiting, ActionIgnored(action={"kind": "retry", "node_id": "plan"}, reason="not failed")
     )
-    assert ignored.as_json() == waiting.as_json()
+    assert {**ignored.as_json(), "runTrace": []} == {**waiting.as_json(), "runTrace": []}
+    assert ignored.run_trace[:-1] == waiting.run_trace
+    assert ignored.run_trace[-1].message == "ignored retry for 'plan': not failed"
+    assert ignored.run_trace[-1].node_id is None
+    malformed = apply_event(
+        waiting,
+        ActionIgnored(
+            action={"kind": "input", "payload": "null"},
+            reason="submit_user_input takes one JSON object {node_id, text}; it came with null",
+            signal="submit_user_input",
+        ),
+    )
+    assert malformed.run_trace[-1].message.startswith("ignored submit_user_input: ")
+    assert malformed.waiting_reason == waiting.waiting_reason
     cleared = apply_event(waiting, PhaseTimed(phase="ai_invoke", label="Plan", duration_ms=1))
     assert cleared.waiting_reason is None
 

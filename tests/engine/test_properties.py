@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from openflow.engine import advance as engine
 from openflow.engine.spec import Workflow
 from openflow.engine.state import (
+    ActionMalformed,
     ApprovalDecided,
     CancelRequested,
     Fact,
@@ -182,6 +183,12 @@ def noise(ids: list[str]) -> st.SearchStrategy[Fact]:
         st.builds(ApprovalDecided, approval_id=batch_id, allow=st.booleans()),
         st.builds(RetryRequested, node_id=node),
         st.builds(MessageSent, node_id=node, text=st.just("note")),
+        st.builds(
+            ActionMalformed,
+            signal=st.sampled_from(["submit_user_input", "retry_node"]),
+            reason=st.just("it came with no payload"),
+            payload=st.just("no payload"),
+        ),
     )
 
 

@@ -914,6 +914,30 @@ def test_e_an_action_that_matches_nothing_is_ignored_not_fatal_spec_15_11() -> N
     )
 
 
+def test_a_signal_that_did_not_parse_is_recorded_and_changes_nothing_else() -> None:
+    from openflow.engine.state import ActionMalformed
+
+    wf = single_agent_workflow(**INTERACTIVE)
+    d = run(wf, {"first": [ask("Which?")]})
+    before = d.snapshot
+    plan = d.feed(
+        ActionMalformed(
+            signal="submit_user_input",
+            action="input",
+            reason="submit_user_input takes one JSON object {node_id, text}; it came with null",
+            payload="null",
+        )
+    )
+    [event] = plan.events
+    assert event.type == "ActionIgnored"
+    assert event.signal == "submit_user_input"
+    assert event.action == {"kind": "input", "payload": "null"}
+    assert "it came with null" in event.reason
+    assert plan.intents == ()
+    assert plan.status == "paused" and plan.awaiting.inputs == ("first",)
+    assert plan.snapshot.model_copy(update={"event_seq": before.event_seq}) == before
+
+
 def test_f_tool_call_proposed_is_never_duplicated_spec_15_9() -> None:
     wf = single_agent_workflow(tools={"approvalMode": "always_ask"})
     two = tools(call("read", {"path": "a"}), call("bash", {"command": "make"}))

@@ -3,26 +3,71 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from openflow.client import Runs
 from openflow.contracts import RunResult
 from openflow.engine.spec import Workflow
 from openflow.testing import agent_node, write_scripted_settings
-from openflow.worker import build_worker, sandbox_runner
+from openflow.worker import FAILURE_TYPES, build_worker, sandbox_runner
 from openflow.workflows.run import OpenFlowRun
 
 COMPAT = Path(__file__).resolve().parents[3] / "shared" / "compat"
 
 
 node = agent_node
+
+# Executions already replayed, as far as their history went, so the automatic replay skips them.
+_REPLAYED: set[tuple[str, str, int]] = set()
+
+
+def history_replayer() -> Replayer:
+    """A replayer like the worker, but under Temporal's sandbox, which the worker runs without."""
+    return Replayer(
+        workflows=[OpenFlowRun],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+        workflow_failure_exception_types=FAILURE_TYPES,
+    )
+
+
+async def replay_history(history: WorkflowHistory) -> None:
+    """Replay one history; fail on any nondeterminism."""
+    if _replay_key(history) in _REPLAYED:
+        return
+    await history_replayer().replay_workflow(history)
+    _REPLAYED.add(_replay_key(history))
+
+
+def _replay_key(history: WorkflowHistory) -> tuple[str, str, int]:
+    """One execution's history as far as it goes (its start event tells executions apart)."""
+    started = hashlib.sha256(history.events[0].SerializeToString()).hexdigest()
+    return (history.workflow_id, started, len(history.events))
+
+
+async def replay_queue(client: Client, task_queue: str) -> int:
+    """Replay every execution that ran on `task_queue`; how many there were."""
+    found: dict[tuple[str, str], None] = {}
+    async for execution in client.list_workflows(f'TaskQueue = "{task_queue}"'):
+        found[(execution.id, execution.run_id)] = None
+    # Visibility can trail the last execution of a run a little (a resume, a continue-as-new).
+    for workflow_id in sorted({workflow_id for workflow_id, _ in found}):
+        latest = await client.get_workflow_handle(workflow_id).describe()
+        found[(workflow_id, latest.run_id)] = None
+    for workflow_id, run_id in found:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        await replay_history(history)
+    return len(found)
 
 
 def make_workflow(
@@ -88,14 +133,12 @@ class Harness:
         return RunResult.model_validate(raw)
 
     async def replay(self, run_id: str) -> None:
-        """Replay the run's own history against the current workflow code."""
-        history = await self.handle(run_id).fetch_history()
-        replayer = Replayer(
-            workflows=[OpenFlowRun],
-            data_converter=self.client.data_converter,
-            workflow_runner=sandbox_runner(),
-        )
-        await replayer.replay_workflow(history)
+        """Replay the run's own history against the current workflow code (under the sandbox).
+
+        Every execution a test ran on its task queue is replayed after the test anyway
+        (`_replay_every_run`); this replays one now, at a moment the test chooses.
+        """
+        await replay_history(await self.handle(run_id).fetch_history())
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -103,3 +146,16 @@ async def harness(client: Client, task_queue: str, openflow_home: Path) -> Async
     worker = build_worker(client, task_queue, openflow_home)
     async with worker:
         yield Harness(client, task_queue, openflow_home)
+
+
+@pytest_asyncio.fixture(loop_scope="session", autouse=True)
+async def _replay_every_run(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[None]:
+    """After each test, replay under the sandbox every execution it ran on its task queue.
+
+    It runs after the test's worker has stopped and before its monkeypatches are undone, so a
+    history replays against the code that recorded it.
+    """
+    yield
+    await replay_queue(client, task_queue)

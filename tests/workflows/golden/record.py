@@ -4,6 +4,9 @@
 Re-record only when a change is meant to be incompatible with runs already in flight (and then
 ship it under a new workflow name or behind `workflow.patched`). Histories recorded by earlier
 versions are kept on purpose: they show that runs those versions started still replay.
+`signal_without_text.json` is one: recorded before signals checked their fields, it answers a
+question with `submit_user_input {"node_id": "ask"}`, which that version applied with an empty
+text (today such a signal is ignored, behind `workflow.patched`); this script cannot record it.
 """
 
 from __future__ import annotations

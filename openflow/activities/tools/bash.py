@@ -176,7 +176,7 @@ class BashTool(Tool):
             raise InvalidArgs(self.name, "'command' is empty", "pass the command line to run")
         timeout = _timeout_of(args)
         cwd = Sandbox(ctx.execution_dir).resolve(args.get("cwd") or ".", self.name, arg="cwd")
-        if not cwd.real.is_dir():
+        if not cwd.is_dir:
             raise NotFound(f"cwd {cwd.rel!r} is not a directory", "pass an existing folder")
         env = tool_env(ctx.env, args.get("env"))
 

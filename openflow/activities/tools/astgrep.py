@@ -28,6 +28,7 @@ from openflow.activities.tools.base import (
     ToolOutput,
     ToolTimeout,
 )
+from openflow.activities.tools.confine import jail_for
 from openflow.activities.tools.files import file_change
 from openflow.activities.tools.process import kill_group, spawn, tool_env
 from openflow.activities.tools.sandbox import Resolved, Sandbox
@@ -75,7 +76,11 @@ async def _matches(
         argv += ["--rewrite", rewrite]
     argv += ["--", *[p.rel for p in paths]]
     proc = await spawn(
-        argv, cwd=Sandbox(ctx.execution_dir).root, env=tool_env(ctx.env), merge_stderr=False
+        argv,
+        cwd=Sandbox(ctx.execution_dir).root,
+        env=tool_env(ctx.env),
+        merge_stderr=False,
+        jail=jail_for(ctx, tool),
     )
     talk = asyncio.create_task(proc.communicate())
     cancelled = asyncio.create_task(ctx.cancel.wait())

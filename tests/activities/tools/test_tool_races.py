@@ -131,9 +131,7 @@ def test_writes_through_a_flipping_folder_stay_inside(harness: Harness, arena: P
     assert not list(arena.rglob("*.tmp")), "a temporary file landed outside"
 
 
-def test_reads_through_a_flipping_folder_never_see_outside(
-    harness: Harness, arena: Path
-) -> None:
+def test_reads_through_a_flipping_folder_never_see_outside(harness: Harness, arena: Path) -> None:
     ctx = harness.ctx()
     read, ls = ReadTool(), LsTool()
     search, find = SearchTool(), FindTool()

@@ -98,9 +98,9 @@ if child == 0:
     os.execv(sys.argv[2], sys.argv[2:])
 if sys.platform.startswith("linux"):
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-import signal
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(sig, lambda n, _f: os.kill(child, n))
+import _signal  # not `signal`, which imports enum: tens of ms at every start
+for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+    _signal.signal(sig, lambda n, _f: os.kill(child, n))
 while True:
     try:
         _, status = os.waitpid(child, 0)
@@ -111,7 +111,7 @@ while True:
         continue
 if os.WIFSIGNALED(status):
     sig = os.WTERMSIG(status)
-    signal.signal(sig, signal.SIG_DFL)
+    _signal.signal(sig, _signal.SIG_DFL)
     os.kill(os.getpid(), sig)
 os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 """

@@ -21,6 +21,7 @@ import pytest
 
 from openflow.activities.tools.base import ToolError
 from openflow.activities.tools.fs import LsTool, ReadTool
+from openflow.activities.tools.patch import ApplyPatchTool
 from openflow.activities.tools.search import FindTool, SearchTool
 from openflow.activities.tools.writes import EditTool, WriteTool
 from tests.activities.tools.conftest import Harness
@@ -120,12 +121,17 @@ def _assert_race_happened(flips: int, allowed: int, refused: int) -> None:
 def test_writes_through_a_flipping_folder_stay_inside(harness: Harness, arena: Path) -> None:
     before = _tree(arena)
     ctx = harness.ctx()
-    tool = WriteTool()
+    tool, patch = WriteTool(), ApplyPatchTool()
     paths = ["d/new-{i}.txt", "d/sub/deep-{i}.txt", "d/made-{i}/x.txt", "d/f.txt"]
+
+    def write(i: int) -> Any:
+        if i % 5 == 4:
+            text = f"*** Begin Patch\n*** Add File: d/sub/p-{i}.txt\n+p\n*** End Patch"
+            return patch.run_sync(ctx, {"input": text})
+        return tool.run_sync(ctx, {"path": paths[i % 4].format(i=i), "content": "w\n"})
+
     with flipping(harness.workdir, arena) as flips:
-        allowed, refused, _ = _race(
-            lambda i: tool.run_sync(ctx, {"path": paths[i % 4].format(i=i), "content": "w\n"})
-        )
+        allowed, refused, _ = _race(write)
     _assert_race_happened(flips(), allowed, refused)
     assert _tree(arena) == before, "a write landed outside the execution folder"
     assert not list(arena.rglob("*.tmp")), "a temporary file landed outside"

@@ -203,8 +203,8 @@ def jail_for(ctx: ToolContext, tool: str) -> Jail | None:
 def _tmp_of(ctx: ToolContext, root: Path) -> Path | None:
     """The run's own temporary folder, or None for a private in-memory /tmp."""
     run_dir = Path(os.path.realpath(ctx.run_dir))
-    if run_dir == root or _below(run_dir, root) or _below(root, run_dir):
-        return None
+    if run_dir == root or _below(run_dir, root):
+        return None  # it would land in the execution folder
     tmp = run_dir / "tmp"
     try:
         tmp.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -82,12 +82,13 @@ async def test_a_folder_inside_openflow_home_stays_usable(tmp_path: Path, home: 
     workspace = home / "runs" / "r1" / "workspace"
     workspace.mkdir(parents=True)
     harness = Harness(workdir=workspace, run_dir=home / "runs" / "r1")
-    command = f"echo ok > made.txt && cat made.txt && cat {home}/settings.json"
+    command = f"echo ok > made.txt && cat made.txt && cat {home}/settings.json; echo t > /tmp/t"
     result = await harness.one("bash", {"command": command}, home=home)
     assert result.content.startswith("ok\n"), result.content
     assert "No such file or directory" in result.content
     assert SECRET not in result.content
     assert (workspace / "made.txt").read_text() == "ok\n"
+    assert (home / "runs" / "r1" / "tmp" / "t").read_text() == "t\n", "/tmp is the run's tmp/"
 
 
 @needs_bwrap

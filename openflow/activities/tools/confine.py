@@ -9,10 +9,10 @@ A confined process sees the whole file system read-only, except:
   `OPENFLOW_TOOL_SANDBOX_HIDE`, which are replaced by empty read-only folders (or an empty file);
 * `/dev`, a minimal one (null, zero, random, tty, shm: no disks).
 
-With `OPENFLOW_TOOL_NETWORK=off` it also gets its own network namespace (only a loopback of its
-own). It runs as the worker's user, without the capabilities that read other processes' memory
-(see `process.py`), in the worker's PID namespace: other processes stay visible, though not their
-memory or environment.
+It has a PID namespace of its own (it sees only its own processes, and they all end when the
+command does), and with `OPENFLOW_TOOL_NETWORK=off` a network namespace of its own (only a
+loopback). It runs as the worker's user, without the capabilities that read other processes'
+memory (see `process.py`).
 
 `OPENFLOW_TOOL_SANDBOX` chooses: `auto` (confine when bubblewrap works, else run unconfined and
 say so once at worker start), `required` (refuse to start a tool process without it), `off`.
@@ -107,7 +107,8 @@ def unavailable(network: bool) -> str | None:
 @functools.cache
 def _probe(binary: str, network: bool) -> str | None:
     """Start one confined `/bin/true` (once per binary and network setting)."""
-    argv = [binary, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
+    argv = [binary, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/"]
+    argv += ["--dev", "/dev", "--proc", "/proc"]
     if not network:
         argv.append("--unshare-net")
     try:
@@ -220,10 +221,11 @@ def _below(path: Path, folder: Path) -> bool:
 def _bwrap_args(
     binary: str, root: Path, tmp: Path | None, hidden: Sequence[Path], rules: Policy
 ) -> list[str]:
-    args = [binary, "--die-with-parent", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    args = [binary, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    args.append("--unshare-cgroup-try")
     if not rules.network:
         args.append("--unshare-net")
-    args += ["--ro-bind", "/", "/", "--dev", "/dev"]
+    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     mounts: list[tuple[Path, list[str]]] = []
     mounts.append(
         (Path("/tmp"), ["--bind", os.fspath(tmp), "/tmp"] if tmp else ["--tmpfs", "/tmp"])

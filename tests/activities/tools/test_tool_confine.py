@@ -194,3 +194,22 @@ def test_without_bubblewrap_bash_is_refused_when_required(
     unconfined = asyncio.run(harness.one("bash", {"command": "echo > ran"}))
     assert not unconfined.is_error
     assert (harness.workdir / "ran").exists()
+
+
+@needs_bwrap
+async def test_a_process_that_leaves_the_group_still_ends_with_the_command(
+    harness: Harness, home: Path, pid_alive, wait_until
+) -> None:
+    pidfile = harness.workdir / "pid"
+    result = await harness.one(
+        "bash", {"command": f"setsid sleep 300 > /dev/null 2>&1 & echo $! > {pidfile}"}, home=home
+    )
+    assert result.content == "[no output] [exit code 0]"
+    await wait_until(lambda: not pid_alive(int(pidfile.read_text())))
+
+
+@needs_bwrap
+async def test_other_processes_are_out_of_sight(harness: Harness, home: Path) -> None:
+    result = await harness.one("bash", {"command": "ls /proc | grep -c '^[0-9]'"}, home=home)
+    count = int(result.content.split("\n")[0])
+    assert count < 10, f"a confined command sees {count} processes"

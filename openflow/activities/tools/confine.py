@@ -197,7 +197,7 @@ def jail_for(ctx: ToolContext, tool: str) -> Jail | None:
     hidden = [openflow_home(), *([ctx.home] if ctx.home is not None else []), *rules.hidden]
     return Jail(
         prefix=tuple(_bwrap_args(binary, root, _tmp_of(ctx, root), hidden, rules)),
-        env={"TMPDIR": "/tmp"},
+        env={"TMPDIR": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache"},
     )
 
 

@@ -183,7 +183,7 @@ async def spawn(
     full_env = dict(env)
     if jail is not None:
         command = jail.wrap([*command[:5], "--supervise", *argv], cwd)
-        full_env.update(jail.env)
+        full_env.update({k: v for k, v in jail.env.items() if k not in env or k == "TMPDIR"})
     return await asyncio.create_subprocess_exec(
         *command,
         cwd=os.fspath(cwd),

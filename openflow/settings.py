@@ -334,6 +334,14 @@ class RuntimeSettings(BaseSettings):
     namespace: str = "default"
     task_queue: str = "openflow"
     script: Path | None = None
+    #: Confinement of tool processes (bash, ast-grep): `auto` uses bubblewrap when it works,
+    #: `required` refuses to start them without it, `off` never confines them.
+    tool_sandbox: Literal["auto", "required", "off"] = "auto"
+    #: Whether confined tool processes may use the network (`off` gives them only a loopback).
+    tool_network: Literal["on", "off"] = "on"
+    #: Extra paths hidden from confined tool processes (os.pathsep-separated); unset hides the
+    #: usual credential folders of the worker's user (~/.aws, ~/.ssh, ...).
+    tool_sandbox_hide: str | None = None
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from openflow.activities.run_activities import RunActivities
 from openflow.activities.store import FileRunStore, RunStore
+from openflow.activities.tools.confine import announce as announce_confinement
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
 from openflow.workflows.run import EngineFault, OpenFlowRun
@@ -121,6 +122,7 @@ def build_worker(
 ) -> Worker:
     """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds."""
     acts = activities or make_activities(home)
+    announce_confinement()
     _freeze_loaded()
     return Worker(
         client,

@@ -65,6 +65,7 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
         live=publish,
         cancel=cancel,
         env=tool_env(dict(os.environ)),
+        home=acts.home,
     )
     locks = acts._locks.setdefault(inp.run_id, LockTable())
     cache = acts._caches.setdefault(inp.run_id, ResultCache())

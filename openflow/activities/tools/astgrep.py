@@ -28,7 +28,8 @@ from openflow.activities.tools.base import (
     ToolOutput,
     ToolTimeout,
 )
-from openflow.activities.tools.files import atomic_write, file_change
+from openflow.activities.tools.confine import jail_for
+from openflow.activities.tools.files import file_change
 from openflow.activities.tools.process import kill_group, spawn, tool_env
 from openflow.activities.tools.sandbox import Resolved, Sandbox
 from openflow.engine.transcript import ToolCall
@@ -53,7 +54,7 @@ def _paths(ctx: ToolContext, tool: str, raw: object) -> list[Resolved]:
     sandbox = Sandbox(ctx.execution_dir)
     resolved = [sandbox.resolve(p, tool, arg="paths") for p in raw]
     for item in resolved:
-        if not item.real.exists():
+        if not item.exists:
             raise NotFound(f"{item.rel!r} does not exist", "check the path with ls or find")
     return resolved
 
@@ -75,7 +76,11 @@ async def _matches(
         argv += ["--rewrite", rewrite]
     argv += ["--", *[p.rel for p in paths]]
     proc = await spawn(
-        argv, cwd=Sandbox(ctx.execution_dir).root, env=tool_env(ctx.env), merge_stderr=False
+        argv,
+        cwd=Sandbox(ctx.execution_dir).root,
+        env=tool_env(ctx.env),
+        merge_stderr=False,
+        jail=jail_for(ctx, tool),
     )
     talk = asyncio.create_task(proc.communicate())
     cancelled = asyncio.create_task(ctx.cancel.wait())
@@ -203,7 +208,7 @@ class AstEditTool(Tool):
     async def run(self, ctx: ToolContext, call: ToolCall, args: dict[str, Any]) -> ToolOutput:
         paths = _paths(ctx, self.name, args["paths"])
         sandbox = Sandbox(ctx.execution_dir)
-        originals: dict[str, tuple[Path, bytes]] = {}
+        originals: dict[str, bytes] = {}
         counts: dict[str, int] = {}
         try:
             for op in args["ops"]:
@@ -215,19 +220,20 @@ class AstEditTool(Tool):
                     by_file.setdefault(match["file"], []).append(match)
                 for name, file_matches in sorted(by_file.items()):
                     target = sandbox.resolve(name, self.name)
-                    data = target.real.read_bytes()
-                    originals.setdefault(target.rel, (target.real, data))
+                    sandbox.check_writable(target.rel, self.name)
+                    data = sandbox.read_bytes(target.rel)[0]
+                    originals.setdefault(target.rel, data)
                     new, count = _rewrite(data, file_matches)
                     if new != data:
-                        atomic_write(target.real, new)
+                        sandbox.write_bytes(target.rel, new, self.name)
                         counts[target.rel] = counts.get(target.rel, 0) + count
         except BaseException:
-            for real, data in originals.values():
-                atomic_write(real, data)
+            for rel, data in originals.items():
+                sandbox.write_bytes(rel, data, self.name)
             raise
         changes: list[FileChange] = []
-        for rel, (real, before) in sorted(originals.items()):
-            after = real.read_bytes()
+        for rel, before in sorted(originals.items()):
+            after = sandbox.read_bytes(rel)[0]
             if after != before:
                 changes.append(file_change(rel, "update", before, after))
         if not changes:

@@ -51,6 +51,8 @@ class ToolContext:
     live: Callable[[dict[str, Any]], None] = _ignore_event
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     env: Mapping[str, str] = field(default_factory=dict)
+    #: The worker's $OPENFLOW_HOME, hidden from confined tool processes.
+    home: Path | None = None
 
     def __post_init__(self) -> None:
         self.execution_dir = Path(self.execution_dir)

@@ -18,6 +18,7 @@ from openflow.activities.tools.base import (
     ToolOutput,
     ToolTimeout,
 )
+from openflow.activities.tools.confine import jail_for
 from openflow.activities.tools.process import kill_group, spawn, tool_env
 from openflow.activities.tools.sandbox import Sandbox
 from openflow.engine.transcript import ToolCall
@@ -176,11 +177,12 @@ class BashTool(Tool):
             raise InvalidArgs(self.name, "'command' is empty", "pass the command line to run")
         timeout = _timeout_of(args)
         cwd = Sandbox(ctx.execution_dir).resolve(args.get("cwd") or ".", self.name, arg="cwd")
-        if not cwd.real.is_dir():
+        if not cwd.is_dir:
             raise NotFound(f"cwd {cwd.rel!r} is not a directory", "pass an existing folder")
         env = tool_env(ctx.env, args.get("env"))
 
-        proc = await spawn([BASH, "-c", command], cwd=cwd.real, env=env)
+        jail = jail_for(ctx, self.name)
+        proc = await spawn([BASH, "-c", command], cwd=cwd.real, env=env, jail=jail)
         assert proc.stdout is not None
         capture = _Capture()
         reader = asyncio.create_task(_pump(proc.stdout, capture, _LiveStream(ctx, call)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from openflow.activities.tools.base import (
     Failed,
+    FileStamp,
     InvalidArgs,
     NotFound,
     ReadRecord,
@@ -16,15 +18,8 @@ from openflow.activities.tools.base import (
     ToolContext,
     ToolOutput,
 )
-from openflow.activities.tools.files import (
-    decode,
-    is_binary,
-    outline,
-    read_bytes_or_none,
-    split_lines,
-    stamp_of,
-)
-from openflow.activities.tools.sandbox import Sandbox
+from openflow.activities.tools.files import decode, is_binary, outline, split_lines
+from openflow.activities.tools.sandbox import NotARegularFile, Sandbox
 from openflow.activities.tools.spill import find_artifact
 
 READ_LINE_CAP = 3000
@@ -133,19 +128,13 @@ def _text_of(data: bytes, shown_as: str) -> str:
     return decode(data)
 
 
-def list_directory(real: Path, shown_as: str) -> str:
+def list_directory(sandbox: Sandbox, rel: str, shown_as: str) -> str:
     """One entry a line, directories with a trailing `/`, symlinks with `@`."""
-    entries = sorted(real.iterdir(), key=lambda p: p.name)
+    entries = sandbox.scandir(rel)
     if not entries:
         return f"[{shown_as} is an empty directory]"
-    lines = []
-    for entry in entries[:LS_ENTRY_CAP]:
-        if entry.is_symlink():
-            lines.append(f"{entry.name}@")
-        elif entry.is_dir():
-            lines.append(f"{entry.name}/")
-        else:
-            lines.append(entry.name)
+    marks = {"link": "@", "dir": "/", "file": ""}
+    lines = [f"{name}{marks[kind]}" for name, kind in entries[:LS_ENTRY_CAP]]
     if len(entries) > LS_ENTRY_CAP:
         lines.append(
             f"[{LS_ENTRY_CAP} of {len(entries)} entries shown — use find with a glob to narrow]"
@@ -189,19 +178,20 @@ class ReadTool(ThreadTool):
     def _read_artifact(self, ctx: ToolContext, target: str) -> ToolOutput:
         ident, selector = split_selector(target[len("artifact:") :])
         path = find_artifact(ctx.artifacts_dir, ident)
-        if path is None:
+        data = None if path is None else run_files(ctx).read_or_none(run_rel(ctx, path))
+        if data is None:
             raise NotFound(
                 f"artifact {ident!r} does not exist in this run",
                 "use the exact id from the marker line, e.g. artifact:{uuid}",
             )
-        text = _text_of(path.read_bytes(), f"artifact:{ident}")
+        text = _text_of(data, f"artifact:{ident}")
         shown = render_text(text, selector, f"artifact:{ident}", byte_budget=ARTIFACT_READ_BYTES)
         return ToolOutput(content=shown)
 
     def _read_run_uri(self, ctx: ToolContext, target: str) -> ToolOutput:
         uri, selector = split_selector(target)
         path = resolve_run_uri(ctx, uri)
-        data = read_bytes_or_none(path)
+        data = run_files(ctx).read_or_none(run_rel(ctx, path))
         if data is None:
             raise NotFound(
                 f"{uri!r} does not exist yet",
@@ -212,21 +202,37 @@ class ReadTool(ThreadTool):
     def _read_local(self, ctx: ToolContext, target: str) -> ToolOutput:
         sandbox = Sandbox(ctx.execution_dir)
         whole = sandbox.resolve(target, self.name)
-        if whole.real.exists():
+        if whole.exists:
             resolved, selector = whole, Selector()
         else:
             base, selector = split_selector(target)
             resolved = sandbox.resolve(base, self.name) if base != target else whole
-        if resolved.real.is_dir():
-            listing = list_directory(resolved.real, resolved.rel)
+        missing = NotFound(
+            f"{resolved.rel!r} does not exist",
+            "check the path with ls or find (paths are relative to the execution folder)",
+        )
+        if resolved.is_dir:
+            try:
+                listing = list_directory(sandbox, resolved.rel, resolved.rel)
+            except NotADirectoryError:
+                pass  # replaced by a file since: read it below
+            except FileNotFoundError:
+                raise missing from None
+            else:
+                return ToolOutput(content=listing, cacheable=True)
+        try:
+            data, st = sandbox.read_bytes(resolved.rel)
+        except FileNotFoundError:
+            raise missing from None
+        except IsADirectoryError:
+            listing = list_directory(sandbox, resolved.rel, resolved.rel)
             return ToolOutput(content=listing, cacheable=True)
-        if not resolved.real.exists():
-            raise NotFound(
-                f"{resolved.rel!r} does not exist",
-                "check the path with ls or find (paths are relative to the execution folder)",
-            )
-        stamp = stamp_of(resolved.real)
-        data = resolved.real.read_bytes()
+        except NotARegularFile:
+            raise Failed(
+                f"{resolved.rel} is not a regular file (a pipe, socket or device) — "
+                "inspect it with bash"
+            ) from None
+        stamp = FileStamp(path=os.fspath(resolved.real), mtime_ns=st.st_mtime_ns, size=st.st_size)
         text = _text_of(data, resolved.rel)
         return ToolOutput(
             content=render_text(text, selector, resolved.rel),
@@ -234,6 +240,16 @@ class ReadTool(ThreadTool):
             cacheable=True,
             stamp=stamp,
         )
+
+
+def run_files(ctx: ToolContext) -> Sandbox:
+    """The run folder as a sandbox: run resources are read and written through handles too."""
+    return Sandbox(ctx.run_dir)
+
+
+def run_rel(ctx: ToolContext, path: Path) -> str:
+    """A run resource's path relative to the run folder."""
+    return Path(os.path.relpath(path, ctx.run_dir)).as_posix()
 
 
 def resolve_run_uri(ctx: ToolContext, uri: str) -> Path:
@@ -270,13 +286,18 @@ class LsTool(ThreadTool):
     concurrency = "shared"
 
     def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
-        resolved = Sandbox(ctx.execution_dir).resolve(args.get("path") or ".", self.name)
-        if not resolved.real.exists():
-            raise NotFound(f"{resolved.rel!r} does not exist", "list '.' to see what is there")
-        if not resolved.real.is_dir():
-            size = resolved.real.stat().st_size
+        sandbox = Sandbox(ctx.execution_dir)
+        resolved = sandbox.resolve(args.get("path") or ".", self.name)
+        missing = NotFound(f"{resolved.rel!r} does not exist", "list '.' to see what is there")
+        if not resolved.exists:
+            raise missing
+        try:
+            return ToolOutput(content=list_directory(sandbox, resolved.rel, resolved.rel))
+        except FileNotFoundError:
+            raise missing from None
+        except NotADirectoryError:
+            size = sandbox.stat(resolved.rel).st_size
             return ToolOutput(content=f"{resolved.rel} ({size} bytes, a file — use read)")
-        return ToolOutput(content=list_directory(resolved.real, resolved.rel))
 
 
 __all__ = [
@@ -290,5 +311,7 @@ __all__ = [
     "plan_path",
     "render_text",
     "resolve_run_uri",
+    "run_files",
+    "run_rel",
     "split_selector",
 ]

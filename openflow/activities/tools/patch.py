@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from openflow.activities.tools.base import (
@@ -31,14 +30,8 @@ from openflow.activities.tools.base import (
     ToolContext,
     ToolOutput,
 )
-from openflow.activities.tools.files import (
-    atomic_write,
-    decode,
-    file_change,
-    read_bytes_or_none,
-    split_lines,
-)
-from openflow.activities.tools.sandbox import Resolved, Sandbox
+from openflow.activities.tools.files import decode, file_change, split_lines
+from openflow.activities.tools.sandbox import NotARegularFile, Resolved, Sandbox
 
 TOOL = "apply_patch"
 BEGIN, END = "*** Begin Patch", "*** End Patch"
@@ -277,17 +270,27 @@ class ApplyPatchTool(ThreadTool):
                 if raw is not None and raw not in targets:
                     targets[raw] = sandbox.resolve(raw, TOOL)
         for resolved in targets.values():
-            if resolved.real.is_dir():
+            if resolved.is_dir:
                 raise InvalidArgs(TOOL, f"{resolved.rel!r} is a directory", "patch files only")
+        for section in sections:
+            if section.kind == "update":
+                sandbox.check_writable(targets[section.path].rel, TOOL)
 
-        state: dict[Path, bytes | None] = {}
-        original: dict[Path, bytes | None] = {}
+        state: dict[str, bytes | None] = {}
+        original: dict[str, bytes | None] = {}
 
         def current(resolved: Resolved) -> bytes | None:
-            if resolved.real not in state:
-                original[resolved.real] = read_bytes_or_none(resolved.real)
-                state[resolved.real] = original[resolved.real]
-            return state[resolved.real]
+            if resolved.rel not in state:
+                try:
+                    original[resolved.rel] = sandbox.read_bytes(resolved.rel)[0]
+                except FileNotFoundError:
+                    original[resolved.rel] = None
+                except (IsADirectoryError, NotARegularFile):
+                    raise InvalidArgs(
+                        TOOL, f"{resolved.rel!r} is not a regular file", "patch files only"
+                    ) from None
+                state[resolved.rel] = original[resolved.rel]
+            return state[resolved.rel]
 
         summary: list[str] = []
         changes: list[FileChange] = []
@@ -296,7 +299,7 @@ class ApplyPatchTool(ThreadTool):
             before = current(source)
             if section.kind == "add":
                 after = ("\n".join(section.added) + "\n").encode("utf-8")
-                state[source.real] = after
+                state[source.rel] = after
                 op: FileOp = "create" if before is None else "update"
                 changes.append(file_change(source.rel, op, before, after))
                 summary.append(f"A {source.rel}")
@@ -307,12 +310,12 @@ class ApplyPatchTool(ThreadTool):
                     "use '*** Add File:' to create it; nothing was changed",
                 )
             if section.kind == "delete":
-                state[source.real] = None
+                state[source.rel] = None
                 changes.append(file_change(source.rel, "delete", before, None))
                 summary.append(f"D {source.rel}")
                 continue
             after = apply_chunks(decode(before), section.chunks, source.rel).encode("utf-8")
-            if section.move_to is not None and targets[section.move_to].real != source.real:
+            if section.move_to is not None and targets[section.move_to].rel != source.rel:
                 dest = targets[section.move_to]
                 if current(dest) is not None:
                     raise InvalidArgs(
@@ -320,22 +323,22 @@ class ApplyPatchTool(ThreadTool):
                         f"cannot move {source.rel} to {dest.rel}: the destination exists",
                         "delete or update the destination instead; nothing was changed",
                     )
-                state[source.real] = None
-                state[dest.real] = after
+                state[source.rel] = None
+                state[dest.rel] = after
                 changes.append(file_change(source.rel, "rename", before, after, dest.rel))
                 summary.append(f"R {source.rel} -> {dest.rel}")
             else:
-                state[source.real] = after
+                state[source.rel] = after
                 changes.append(file_change(source.rel, "update", before, after))
                 summary.append(f"M {source.rel}")
 
-        for real, data in state.items():
-            if data == original[real]:
+        for rel, data in state.items():
+            if data == original[rel]:
                 continue
             if data is None:
-                real.unlink(missing_ok=True)
+                sandbox.unlink(rel)
             else:
-                atomic_write(real, data)
+                sandbox.write_bytes(rel, data, TOOL)
         text = "Success. Updated the following files:\n" + "\n".join(summary)
         return ToolOutput(content=text, changes=changes)
 

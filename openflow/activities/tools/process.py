@@ -27,6 +27,10 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from openflow.activities.tools.confine import Jail
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +87,33 @@ if sys.platform.startswith("linux"):
         )
         sys.stderr.flush()
         os._exit(126)
-os.execv(sys.argv[1], sys.argv[1:])
+if sys.argv[1] != "--supervise":
+    os.execv(sys.argv[1], sys.argv[1:])
+# Inside a jail the command's parent would be bubblewrap, whose memory any process of the
+# user may read; stay as a parent that cannot be read, and pass the command's status on.
+child = os.fork()
+if child == 0:
+    if sys.platform.startswith("linux"):
+        libc.prctl(1, 9, 0, 0, 0)
+    os.execv(sys.argv[2], sys.argv[2:])
+if sys.platform.startswith("linux"):
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+import _signal  # not `signal`, which imports enum: tens of ms at every start
+for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+    _signal.signal(sig, lambda n, _f: os.kill(child, n))
+while True:
+    try:
+        _, status = os.waitpid(child, 0)
+        break
+    except ChildProcessError:
+        os._exit(1)
+    except InterruptedError:
+        continue
+if os.WIFSIGNALED(status):
+    sig = os.WTERMSIG(status)
+    _signal.signal(sig, _signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 """
 
 
@@ -137,19 +167,27 @@ def tool_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None) ->
 
 
 async def spawn(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], merge_stderr: bool = True
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    merge_stderr: bool = True,
+    jail: Jail | None = None,
 ) -> asyncio.subprocess.Process:
-    """Start `argv` in its own process group, through the launcher, with exactly `env`."""
+    """Start `argv` in its own process group, through the launcher, with exactly `env`.
+
+    With a `jail` the launcher itself runs inside bubblewrap (see `confine.py`).
+    """
     ensure_hardened()
+    command = [sys.executable, "-I", "-S", "-c", _LAUNCHER, *argv]
+    full_env = dict(env)
+    if jail is not None:
+        command = jail.wrap([*command[:5], "--supervise", *argv], cwd)
+        full_env.update({k: v for k, v in jail.env.items() if k not in env or k == "TMPDIR"})
     return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        "-c",
-        _LAUNCHER,
-        *argv,
+        *command,
         cwd=os.fspath(cwd),
-        env=dict(env),
+        env=full_env,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,

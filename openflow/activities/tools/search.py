@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from pathspec import GitIgnoreSpec, PathSpec
@@ -31,68 +32,116 @@ _BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
 
 
 class IgnoreRules:
-    """The .gitignore files from the execution folder down, read lazily; deeper files win."""
+    """The .gitignore files from the execution folder down, read lazily; deeper files win.
 
-    def __init__(self, root: Path, enabled: bool) -> None:
-        self.root = root
+    Paths are folder-relative POSIX text ('.' is the folder); the files are read through the
+    sandbox, so a planted link cannot make them come from outside.
+    """
+
+    def __init__(self, sandbox: Sandbox, enabled: bool) -> None:
+        self.sandbox = sandbox
         self.enabled = enabled
-        self._specs: dict[Path, GitIgnoreSpec | None] = {}
+        self._specs: dict[str, GitIgnoreSpec | None] = {}
         self.skipped = 0
 
-    def _spec(self, directory: Path) -> GitIgnoreSpec | None:
+    def _spec(self, directory: str) -> GitIgnoreSpec | None:
         if directory not in self._specs:
             lines: list[str] = []
-            sources = [directory / ".gitignore"]
-            if directory == self.root:
-                sources.append(directory / ".git" / "info" / "exclude")
+            sources = [_join(directory, ".gitignore")]
+            if directory == ".":
+                sources.append(".git/info/exclude")
             for source in sources:
                 try:
-                    lines.extend(source.read_text(encoding="utf-8", errors="replace").splitlines())
+                    data = self.sandbox.read_bytes(source)[0]
                 except OSError:
                     continue
+                lines.extend(data.decode("utf-8", errors="replace").splitlines())
             self._specs[directory] = GitIgnoreSpec.from_lines(lines) if lines else None
         return self._specs[directory]
 
-    def ignored(self, real: Path, is_dir: bool) -> bool:
+    def ignored(self, rel: str, is_dir: bool) -> bool:
         """Whether git would ignore this path (`.git` itself is always skipped)."""
-        if real.name == ".git":
+        path = PurePosixPath(rel)
+        if path.name == ".git":
             return True
         if not self.enabled:
             return False
-        directory = real.parent
+        directory = path.parent
         while True:
-            spec = self._spec(directory)
+            key = directory.as_posix()
+            spec = self._spec(key)
             if spec is not None:
-                rel = real.relative_to(directory).as_posix() + ("/" if is_dir else "")
-                verdict = spec.check_file(rel).include
+                inner = path.relative_to(directory).as_posix() + ("/" if is_dir else "")
+                verdict = spec.check_file(inner).include
                 if verdict is not None:
                     if verdict:
                         self.skipped += 1
                     return bool(verdict)
-            if directory == self.root or directory.parent == directory:
+            if key == ".":
                 return False
             directory = directory.parent
 
 
+def _join(base: str, name: str) -> str:
+    return name if base == "." else f"{base}/{name}"
+
+
+@dataclass(frozen=True)
+class Found:
+    """One file a walk found: its folder-relative path, and its bytes when they were read."""
+
+    rel: str
+    data: bytes | None = None
+    inode: tuple[int, int] | None = None
+
+
 def walk_files(
-    sandbox: Sandbox, start: Resolved, rules: IgnoreRules, stop: Callable[[], None]
-) -> Iterator[Resolved]:
-    """Files under `start` in path order, skipping ignored ones and symlinks that lead out."""
-    if not start.real.is_dir():
-        yield start
+    sandbox: Sandbox,
+    start: Resolved,
+    rules: IgnoreRules,
+    stop: Callable[[], None],
+    *,
+    read_limit: int | None = None,
+) -> Iterator[Found]:
+    """Files under `start` in path order, skipping ignored ones and symlinks that lead out.
+
+    The walk holds a handle on each directory; with `read_limit`, each file is read through
+    it (files over the limit are skipped), so what is searched is what was walked.
+    """
+    if not start.is_dir:
+        yield Found(start.rel, _read(sandbox, start.rel, read_limit))
         return
-    for dirpath, dirnames, filenames in os.walk(start.real):
-        stop()
-        here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not rules.ignored(here / d, True))
-        for name in sorted(filenames):
-            path = here / name
-            if rules.ignored(path, False):
-                continue
-            real = Path(os.path.realpath(path)) if path.is_symlink() else path
-            if not sandbox.contains(real) or not real.is_file():
-                continue
-            yield Resolved(real=real, rel=sandbox.relative(path))
+    try:
+        walk = sandbox.walk(start.rel)
+        for here, dirnames, filenames, dirfd in walk:
+            stop()
+            dirnames[:] = sorted(d for d in dirnames if not rules.ignored(_join(here, d), True))
+            for name in sorted(filenames):
+                rel = _join(here, name)
+                if rules.ignored(rel, False):
+                    continue
+                limit = 0 if read_limit is None else read_limit
+                try:
+                    data, st = sandbox.read_at(dirfd, name, rel, limit=limit)
+                except (OSError, PermissionDenied):
+                    continue
+                inode = (st.st_dev, st.st_ino)
+                if read_limit is None:
+                    yield Found(rel, inode=inode)
+                elif st.st_size <= read_limit:
+                    yield Found(rel, data, inode)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+
+
+def _read(sandbox: Sandbox, rel: str, limit: int | None) -> bytes | None:
+    if limit is None:
+        return None
+    try:
+        data, st = sandbox.read_bytes(rel, limit=limit)
+    except (OSError, PermissionDenied):
+        return None
+    return None if st.st_size > limit else data
 
 
 def _as_list(value: object, tool: str, arg: str) -> list[str]:
@@ -149,27 +198,24 @@ class SearchTool(ThreadTool):
         starts = []
         for raw in _as_list(args["paths"], self.name, "paths"):
             resolved = sandbox.resolve(raw, self.name, arg="paths")
-            if not resolved.real.exists():
+            if not resolved.exists:
                 raise NotFound(
                     f"search path {resolved.rel!r} does not exist",
                     "check it with ls or find; paths are relative to the execution folder",
                 )
             starts.append(resolved)
-        rules = IgnoreRules(sandbox.root, bool(args.get("gitignore", True)))
-        seen: set[Path] = set()
+        rules = IgnoreRules(sandbox, bool(args.get("gitignore", True)))
+        seen: set[tuple[int, int] | str] = set()
         matches: list[str] = []
         capped = False
+        stop = lambda: check_cancel(ctx, self.name)  # noqa: E731
         for start in starts:
-            for file in walk_files(sandbox, start, rules, lambda: check_cancel(ctx, self.name)):
-                if file.real in seen:
+            for file in walk_files(sandbox, start, rules, stop, read_limit=MAX_SEARCH_FILE_BYTES):
+                key = file.inode or file.rel
+                if key in seen or file.data is None:
                     continue
-                seen.add(file.real)
-                try:
-                    if file.real.stat().st_size > MAX_SEARCH_FILE_BYTES:
-                        continue
-                    data = file.real.read_bytes()
-                except OSError:
-                    continue
+                seen.add(key)
+                data = file.data
                 if is_binary(data):
                     continue
                 for number, line in enumerate(split_lines(decode(data)), start=1):
@@ -267,18 +313,18 @@ class FindTool(ThreadTool):
                 )
             globs.extend(expand_braces(text or "."))
 
-        rules = IgnoreRules(sandbox.root, bool(args.get("gitignore", True)))
+        rules = IgnoreRules(sandbox, bool(args.get("gitignore", True)))
         stop = lambda: check_cancel(ctx, self.name)  # noqa: E731
         found: set[str] = set()
         for glob in globs:
             if not _GLOB_MAGIC.search(glob):
                 resolved = sandbox.resolve(glob, self.name, arg="paths")
-                if resolved.real.exists():
+                if resolved.exists:
                     found.update(f.rel for f in walk_files(sandbox, resolved, rules, stop))
                     continue
             prefix = _static_prefix(glob) if "/" in glob.rstrip("/") else ""
             start = sandbox.resolve(prefix or ".", self.name, arg="paths")
-            if not start.real.exists():
+            if not start.exists:
                 raise NotFound(
                     f"{prefix!r} (from {glob!r}) does not exist",
                     "check the folder with ls; globs are relative to the execution folder",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from openflow.activities.tools.sandbox import Sandbox
 
 SPILL_THRESHOLD_BYTES = 50_000
 SHOWN_HEAD_BYTES = 20_000
@@ -39,11 +40,10 @@ def spill_if_large(artifacts_dir: Path, tool_name: str, content: str) -> Spilled
     if len(data) <= SPILL_THRESHOLD_BYTES:
         return None
     artifact_id = str(uuid.uuid4())
-    artifacts_dir.mkdir(parents=True, exist_ok=True)
     path = artifacts_dir / f"{artifact_id}-{_SAFE_TOOL.sub('_', tool_name)}.txt"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    # Through handles on the run folder: a link planted where the run folder is shared with
+    # the execution folder cannot send the output elsewhere.
+    Sandbox(artifacts_dir.parent).write_bytes(f"{artifacts_dir.name}/{path.name}", data, tool_name)
 
     head = data[:SHOWN_HEAD_BYTES].decode("utf-8", errors="ignore")
     tail = data[-SHOWN_TAIL_BYTES:].decode("utf-8", errors="ignore")

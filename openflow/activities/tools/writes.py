@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from openflow.activities.tools.base import (
@@ -17,30 +17,54 @@ from openflow.activities.tools.base import (
     ToolOutput,
 )
 from openflow.activities.tools.files import (
-    atomic_write,
     decode,
     diff_summary,
     file_change,
     is_binary,
-    read_bytes_or_none,
     split_lines,
 )
-from openflow.activities.tools.fs import PLAN_URI, plan_path
-from openflow.activities.tools.sandbox import Sandbox
+from openflow.activities.tools.fs import PLAN_URI, plan_path, run_files, run_rel
+from openflow.activities.tools.sandbox import NotARegularFile, Sandbox
 
 
-def _mutation_target(ctx: ToolContext, tool: str, raw: object) -> tuple[Path, str, bool]:
-    """(real path, shown name, is a project file) of a write/edit target."""
+@dataclass(frozen=True)
+class _Target:
+    """A write/edit target: the folder it is resolved in, its path there, how it is shown."""
+
+    files: Sandbox
+    rel: str
+    shown: str
+    tracked: bool
+
+    def read(self) -> bytes | None:
+        try:
+            return self.files.read_bytes(self.rel)[0]
+        except FileNotFoundError:
+            return None
+        except NotARegularFile:
+            raise Failed(f"{self.shown} is not a regular file — change it with bash") from None
+
+    def write(self, data: bytes, tool: str) -> None:
+        try:
+            self.files.write_bytes(self.rel, data, tool)
+        except IsADirectoryError:
+            raise InvalidArgs(tool, f"{self.shown!r} is a directory", "give a file path") from None
+
+
+def _mutation_target(ctx: ToolContext, tool: str, raw: object) -> _Target:
+    """Where a write/edit goes: a file of the execution folder, or the run's plan draft."""
     if raw == PLAN_URI:
         if (ctx.artifacts_dir / "PLAN.sealed.json").exists():
             raise PermissionDenied(
                 "run://PLAN.md is sealed; the plan can no longer change in this run"
             )
-        return plan_path(ctx), PLAN_URI, False
-    resolved = Sandbox(ctx.execution_dir).resolve(raw, tool)
-    if resolved.real.is_dir():
+        return _Target(run_files(ctx), run_rel(ctx, plan_path(ctx)), PLAN_URI, False)
+    sandbox = Sandbox(ctx.execution_dir)
+    resolved = sandbox.resolve(raw, tool)
+    if resolved.is_dir:
         raise InvalidArgs(tool, f"{resolved.rel!r} is a directory", "give a file path")
-    return resolved.real, resolved.rel, True
+    sandbox.check_writable(resolved.rel, tool)
+    return _Target(sandbox, resolved.rel, resolved.rel, True)
 
 
 def _mutation_locks(ctx: ToolContext, raw: object) -> list[str]:
@@ -80,10 +104,11 @@ class WriteTool(ThreadTool):
 
     def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
         content = args["content"]
-        real, shown, tracked = _mutation_target(ctx, self.name, args.get("path"))
-        before = read_bytes_or_none(real)
+        target = _mutation_target(ctx, self.name, args.get("path"))
+        shown, tracked = target.shown, target.tracked
+        before = target.read()
         data = content.encode("utf-8")
-        atomic_write(real, data)
+        target.write(data, self.name)
         verb = "Created" if before is None else "Wrote"
         lines = len(split_lines(content))
         changes = []
@@ -174,8 +199,9 @@ class EditTool(ThreadTool):
         return _mutation_locks(ctx, args.get("path"))
 
     def run_sync(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
-        real, shown, tracked = _mutation_target(ctx, self.name, args.get("path"))
-        before = read_bytes_or_none(real)
+        target = _mutation_target(ctx, self.name, args.get("path"))
+        shown, tracked = target.shown, target.tracked
+        before = target.read()
         if before is None:
             raise NotFound(f"{shown!r} does not exist", "create it with write first")
         if is_binary(before):
@@ -186,7 +212,7 @@ class EditTool(ThreadTool):
             return ToolOutput(
                 content=f"{shown} is unchanged (the edits replaced text with itself)."
             )
-        atomic_write(real, after)
+        target.write(after, self.name)
         summary = diff_summary(before, after) or "no line changes"
         changes = [file_change(shown, "update", before, after)] if tracked else []
         count = len(args["edits"])

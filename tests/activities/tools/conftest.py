@@ -99,6 +99,31 @@ def _pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _command_pid_alive(folder: Path, pid: int) -> bool:
+    """Whether a process a tool command started, known by the pid the command saw, still lives.
+
+    A confined command has its own PID namespace, so `$!` there is not the host's pid: look
+    for a live process whose innermost pid (`NSpid`) is `pid` and whose working folder is in
+    the execution folder. Unconfined, the innermost pid is the host pid.
+    """
+    root = os.path.realpath(folder)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+            inner = int(fields.get("NSpid", entry).split()[-1])
+            if inner != pid:
+                continue
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except (OSError, ValueError):  # gone while we looked, or not ours to see
+            continue
+        if (cwd == root or cwd.startswith(root + os.sep)) and _pid_alive(int(entry)):
+            return True
+    return False
+
+
 async def _wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
     """Poll `check` until it holds, failing the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -109,9 +134,9 @@ async def _wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 @pytest.fixture
-def pid_alive() -> Callable[[int], bool]:
-    """Whether a process exists and is not a zombie."""
-    return _pid_alive
+def pid_alive(harness: Harness) -> Callable[[int], bool]:
+    """Whether a process a command started in the harness folder (by its `$!`) is alive."""
+    return lambda pid: _command_pid_alive(harness.workdir, pid)
 
 
 @pytest.fixture

@@ -31,6 +31,9 @@ def layout(tmp_path: Path, harness: Harness) -> Path:
     (work / "link-dir").symlink_to(outside)
     (work / "sub" / "up").symlink_to(tmp_path)
     (work / "chain").symlink_to(work / "link-dir")
+    (work / "dangling").symlink_to(outside / "not-yet.txt")
+    (work / "loop").symlink_to("loop")
+    os.link(outside / "secret.txt", work / "hard.txt")
     return outside
 
 
@@ -73,6 +76,22 @@ ESCAPES: list[tuple[str, dict[str, Any]]] = [
             "+gone\n*** End Patch"
         },
     ),
+    ("write", {"path": "dangling", "content": "x"}),
+    ("write", {"path": "hard.txt", "content": "pwned"}),
+    ("edit", {"path": "hard.txt", "edits": [{"old_text": "top", "new_text": "no"}]}),
+    ("write", {"path": "loop/x.txt", "content": "x"}),
+    ("read", {"path": "loop"}),
+    ("ls", {"path": "chain"}),
+    ("search", {"pattern": "secret", "paths": ["sub/up"]}),
+    ("find", {"paths": "link-dir/**"}),
+    (
+        "apply_patch",
+        {
+            "input": "*** Begin Patch\n*** Update File: ok.txt\n*** Move to: link-dir/moved.txt\n"
+            "@@\n-fine\n+moved\n*** End Patch"
+        },
+    ),
+    ("apply_patch", {"input": "*** Begin Patch\n*** Add File: dangling\n+x\n*** End Patch"}),
     ("bash", {"command": "touch escaped", "cwd": "../outside"}),
     ("bash", {"command": "touch escaped", "cwd": "link-dir"}),
     ("bash", {"command": "touch escaped", "cwd": "{outside}"}),

@@ -34,8 +34,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.catalog import read_workflow_bytes
 from openflow.client import ActionRejected, RunConflict, RunError, RunNotFound, Runs
-from openflow.engine.errors import WorkflowFormatError
+from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.engine.graph import workflow_problems
 from openflow.engine.spec import Workflow
 from openflow.follow import (
@@ -256,16 +257,18 @@ def _add_runs_actions(actions: Any) -> None:
 def read_workflow_file(path: Path) -> Workflow:
     """Load a workflow file; raises BadInput with one line naming the file and the problem."""
     try:
-        data = path.read_bytes()
+        data = read_workflow_bytes(path)
     except FileNotFoundError:
         raise BadInput(f"{path}: no such file — check the path") from None
     except IsADirectoryError:
         raise BadInput(f"{path}: is a folder — give the path of a workflow file") from None
     except OSError as exc:
         raise BadInput(f"{path}: cannot read the file: {exc.strerror}") from None
+    except LimitExceeded as exc:
+        raise BadInput(f"{path}: {exc}") from None
     try:
         return Workflow.load_json(data)
-    except WorkflowFormatError as exc:
+    except (WorkflowFormatError, LimitExceeded) as exc:
         raise BadInput(f"{path}: {exc}") from None
 
 
@@ -922,7 +925,7 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
         raise BadInput(str(exc)) from None
     except ServerError as exc:
         raise BadInput(_server_problem(exc)) from None
-    except SettingsError as exc:
+    except (SettingsError, LimitExceeded) as exc:
         raise BadInput(str(exc)) from None
     except WorkflowAlreadyStartedError as exc:
         raise BadInput(

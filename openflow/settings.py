@@ -26,6 +26,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from openflow.engine.errors import LimitExceeded
+from openflow.engine.limits import check_json_text
 from openflow.paths import openflow_home
 
 ProviderKind = Literal["openai", "chat_completions", "anthropic", "bedrock", "scripted"]
@@ -313,6 +315,10 @@ def load_settings(home: Path) -> AppSettings:
         return parse_settings({})
     except OSError as exc:
         raise SettingsError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    try:
+        check_json_text(text, str(path))
+    except LimitExceeded as exc:
+        raise SettingsError(f"{exc}") from None
     try:
         raw = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:

@@ -27,7 +27,8 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
 from openflow.activities.store import KeyNotFound, RunStore
 from openflow.engine.advance import reply_items
-from openflow.engine.errors import WorkflowFormatError
+from openflow.engine.errors import LimitExceeded, WorkflowFormatError
+from openflow.engine.limits import schema_limit_problem
 from openflow.engine.policy import EAGER_TOOLS, HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.review import REVIEW_NODE, render_evidence
@@ -225,10 +226,15 @@ class RunActivities:
             saved = AgentsFile.load_json(path.read_bytes()).agents
         except FileNotFoundError:
             return []
-        except WorkflowFormatError as exc:
+        except (WorkflowFormatError, LimitExceeded) as exc:
             raise_app(f"{path} cannot be read: {exc}; fix or remove the file")
             return []
-        return snapshot_agents(wf, saved)
+        kept = snapshot_agents(wf, saved)
+        for agent in kept:
+            over = schema_limit_problem(agent.output_schema, f"agent {agent.id!r}: output_schema")
+            if over is not None:
+                raise_app(f"{path}: {over[1]}")
+        return kept
 
     def _check_credentials(
         self, provider_id: str, profile: ProviderProfile, settings: AppSettings

@@ -38,7 +38,13 @@ from openflow.engine.subagents import snapshot_agents
 from openflow.engine.transcript import ToolResultItem, TranscriptItem
 from openflow.live import LiveChannel
 from openflow.paths import agents_path
-from openflow.settings import AppSettings, ProviderProfile, load_settings
+from openflow.settings import (
+    AppSettings,
+    ProviderProfile,
+    SettingsError,
+    load_settings,
+    parse_tool_budget,
+)
 
 log = logging.getLogger(__name__)
 _ITEM = TypeAdapter(TranscriptItem)
@@ -100,6 +106,14 @@ async def heartbeating(work: Awaitable[T], every_s: float = HEARTBEAT_EVERY_S) -
 ProviderFactory = Callable[[str, ProviderProfile, AppSettings], Any]
 
 
+def _tool_budget(env: Mapping[str, str]) -> int:
+    text = env.get("OPENFLOW_TOOL_BUDGET", "") or "16"
+    try:
+        return parse_tool_budget(text)
+    except ValueError as exc:
+        raise SettingsError(f"OPENFLOW_TOOL_BUDGET={text!r}: {exc}") from None
+
+
 class RunActivities:
     """The activities a worker registers; clients and stores come in through the constructor."""
 
@@ -128,7 +142,7 @@ class RunActivities:
         ] = {}
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
-        self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
+        self._budget = asyncio.Semaphore(_tool_budget(self.env))
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.prepare_run, self.model_turn, self.tool_batch, self.write_handoff]

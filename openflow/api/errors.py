@@ -11,7 +11,7 @@ Errors:
     │   ├── Unauthorized       401 no or unknown bearer key
     │   ├── NotFound           404 no such run or workflow (for this tenant)
     │   ├── Conflict           409 the run refused the request
-    │   ├── PayloadTooLarge    413 the body is over max_request_bytes (or the configured limit)
+    │   ├── PayloadTooLarge    413 the body is over max_request_bytes (or the set limit)
     │   ├── Unprocessable      422 the body parsed but is not acceptable (over a limit too)
     │   └── ServiceUnavailable 503 Temporal cannot be reached
     └── UnsafeBind             `serve` refused a non-loopback host without API keys

@@ -262,7 +262,8 @@ def _limit_problems(wf: Workflow) -> Iterator[WorkflowValidationError]:
         # Only a workflow built in code can hold values this deep (files and bodies are
         # measured before they are parsed).
         fix = "flatten the values of its unknown keys"
-        yield _over(MAX_JSON_DEPTH, f"the workflow nests deeper than {MAX_JSON_DEPTH.name} — {fix}")
+        deeper = f"the workflow nests deeper than {MAX_JSON_DEPTH.name} — {fix}"
+        yield _over(MAX_JSON_DEPTH, deeper)
         return
     if size > MAX_WORKFLOW_BYTES.value:
         fix = "shorten its prompts and schemas, or split it into smaller workflows"

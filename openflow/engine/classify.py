@@ -145,7 +145,7 @@ def _parse_text_json(text: str) -> Any | None:
         stripped = match.group(1)
     if not stripped or stripped[0] not in "{[":
         return None
-    if text_depth(stripped, MAX_JSON_DEPTH.value) > MAX_JSON_DEPTH.value:
+    if text_depth(stripped) > MAX_JSON_DEPTH.value:
         return None
     try:
         return json.loads(stripped)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from openflow.engine.errors import LimitExceeded
@@ -110,38 +112,25 @@ LIMITS: tuple[Limit, ...] = (
 )
 
 # A JSON string (possessive, so an unterminated one ends the scan instead of being retried at
-# every quote inside it) or a bracket; everything else cannot change the depth.
-_TOKENS_BYTES = re.compile(rb'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]', re.DOTALL)
-_TOKENS_TEXT = re.compile(r'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]', re.DOTALL)
-_OPEN_BYTES: frozenset[int | str] = frozenset(b"[{")
-_CLOSE_BYTES: frozenset[int | str] = frozenset(b"]}")
-_OPEN_TEXT: frozenset[int | str] = frozenset("[{")
-_CLOSE_TEXT: frozenset[int | str] = frozenset("]}")
+# every quote inside it); what is left of the text outside strings cannot be inside one.
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
+_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-def text_depth(text: str | bytes, stop_above: int) -> int:
+def text_depth(text: str | bytes) -> int:
     """How deeply the arrays and objects of a JSON text nest, without parsing it.
 
-    Stops as soon as the depth passes `stop_above` (and returns that depth). Text that is not
-    JSON gets a number too; the parser that reads it afterwards says what is wrong with it.
+    Strings are cut out and each bracket outside them becomes a step of +1 or -1 (signed
+    bytes), whose highest running sum is the depth: all of it at C speed, in one pass. Text
+    that is not JSON gets a number too (the parser that reads it afterwards says what is
+    wrong), never less than the depth a parser would reach before finding out.
     """
-    if isinstance(text, bytes):
-        firsts: Iterable[int | str] = (text[m.start()] for m in _TOKENS_BYTES.finditer(text))
-        opens, closes = _OPEN_BYTES, _CLOSE_BYTES
-    else:
-        firsts = (text[m.start()] for m in _TOKENS_TEXT.finditer(text))
-        opens, closes = _OPEN_TEXT, _CLOSE_TEXT
-    depth = deepest = 0
-    for first in firsts:
-        if first in opens:
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > stop_above:
-                    return deepest
-        elif first in closes and depth:
-            depth -= 1
-    return deepest
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    steps = _STRING.sub(b"", data).translate(_STEPS, _NOT_BRACKETS)
+    if not steps:
+        return 0
+    return max(0, max(accumulate(array("b", steps))))
 
 
 def value_depth(value: Any, stop_above: int) -> int:
@@ -177,13 +166,10 @@ def utf8_len(text: str) -> int:
 
 def check_json_text(text: str | bytes, what: str) -> None:
     """Raise LimitExceeded when a JSON text nests deeper than max_json_depth."""
-    if text_depth(text, MAX_JSON_DEPTH.value) > MAX_JSON_DEPTH.value:
-        raise MAX_JSON_DEPTH.error(
-            what,
-            text_depth(text, len(text)),
-            "flatten it; no OpenFlow file or request needs that much nesting",
-            verb="nests",
-        )
+    depth = text_depth(text)
+    if depth > MAX_JSON_DEPTH.value:
+        fix = "flatten it; no OpenFlow file or request needs that much nesting"
+        raise MAX_JSON_DEPTH.error(what, depth, fix, verb="nests")
 
 
 def schema_limit_problem(schema: Any, what: str) -> tuple[Limit, str] | None:

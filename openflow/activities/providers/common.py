@@ -157,7 +157,7 @@ def parse_arguments(raw: str) -> dict[str, Any] | None:
     """Tool call arguments as an object, or None when the text is not a JSON object."""
     if not raw.strip():
         return {}
-    if text_depth(raw, MAX_JSON_DEPTH.value) > MAX_JSON_DEPTH.value:
+    if text_depth(raw) > MAX_JSON_DEPTH.value:
         return None  # deeper than anything a tool takes, and than history can carry
     try:
         value = json.loads(raw)

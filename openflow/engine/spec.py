@@ -22,7 +22,12 @@ from pydantic import (
 )
 
 from openflow.engine.errors import WorkflowFormatError
-from openflow.engine.limits import MAX_WORKFLOW_FILE_BYTES, check_json_text
+from openflow.engine.limits import (
+    MAX_EDGES,
+    MAX_NODES,
+    MAX_WORKFLOW_FILE_BYTES,
+    check_json_text,
+)
 
 ApprovalMode = Literal["read_only", "always_ask", "write", "yolo"]
 HandoffFormat = Literal["json", "markdown", "legacy"]
@@ -332,12 +337,21 @@ class Workflow(SpecModel):
 
     @classmethod
     def from_json_dict(cls, data: object) -> Workflow:
-        """Build a workflow from parsed JSON; raises WorkflowFormatError in one readable line."""
+        """Build a workflow from parsed JSON; raises WorkflowFormatError in one readable line.
+
+        More nodes or edges than max_nodes / max_edges raise LimitExceeded.
+        """
         if not isinstance(data, dict):
             raise WorkflowFormatError(
                 "not an OpenFlow workflow: expected a JSON object with id, name, nodes and "
                 f"edges, got {_json_type(data)}"
             )
+        for key, limit in (("nodes", MAX_NODES), ("edges", MAX_EDGES)):
+            items = data.get(key)
+            if isinstance(items, list) and len(items) > limit.value:
+                # Counted before the models are built, which would take seconds.
+                fix = "split it into smaller workflows"
+                raise limit.error("the workflow", len(items), fix, verb="has")
         return _validate(cls, data, "not an OpenFlow workflow")
 
     def to_json_dict(self) -> dict[str, Any]:

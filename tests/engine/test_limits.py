@@ -202,3 +202,14 @@ def test_the_json_depth_limit_leaves_room_for_pydantic_and_history() -> None:
     # Temporal payloads go through pydantic, which refuses JSON deeper than about 250 levels;
     # a workflow in a run's input sits about six levels down.
     assert MAX_JSON_DEPTH.value + 10 < 250
+
+
+def test_a_reply_whose_text_nests_past_the_limit_is_plain_text_not_a_crash() -> None:
+    from openflow.engine.classify import classify_reply
+    from openflow.engine.request import ModelReply
+
+    deep = '{"summary": ' + "[" * 50_000 + "]" * 50_000 + "}"
+    result = classify_reply(
+        ModelReply(wire="chat_completions", text=deep), {"type": "object"}
+    )  # no RecursionError from reading the text as JSON
+    assert result.outcome.kind != "completed"

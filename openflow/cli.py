@@ -1151,7 +1151,12 @@ def check_environment() -> None:
 
 
 #: Arguments that name something that exists (a run, a node, an approval), by their metavar.
-_ID_ARGUMENTS = (("run_id", "ID"), ("node_id", "NODE"), ("approval_id", "APPROVAL"))
+_ID_ARGUMENTS = (
+    ("run_id", "ID"),
+    ("node_id", "NODE"),
+    ("approval_id", "APPROVAL"),
+    ("workflow", "--workflow"),
+)
 _TEXT_ARGUMENTS = (("text", "TEXT"), ("message", "--message"), ("reason", "--reason"))
 MAX_ID_CHARS = 1000
 

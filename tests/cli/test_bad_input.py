@@ -137,6 +137,7 @@ async def test_unknown_run_is_one_line_for_every_action(
         (["-x", "validate", "f"], "unrecognized option '-x'"),
         (["validate", "{good}", "--bogus"], "unrecognized arguments: --bogus"),
         (["runs", "list", "--colour"], "unrecognized arguments: --colour"),
+        (["runs", "list", "--workflow", ""], "--workflow is empty"),
     ],
 )
 async def test_bad_arguments_are_one_line(

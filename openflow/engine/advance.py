@@ -376,7 +376,8 @@ class _Run(Subagents):
         elif isinstance(fact, InputGiven | ApprovalDecided | RetryRequested | MessageSent):
             reason = check(self.s, fact)
             if reason is not None:
-                action = _ignored_record(fact) if self.s.limits else fact.model_dump(mode="json")
+                too_long = self.s.limits and _text_over_limit(fact) is not None
+                action = _ignored_record(fact) if too_long else fact.model_dump(mode="json")
                 self.emit("ActionIgnored", action=action, reason=reason)
             else:
                 self.on_action(fact)
@@ -707,7 +708,7 @@ def _text_over_limit(action: Any) -> str | None:
 
 
 def _ignored_record(fact: InputGiven | ApprovalDecided | RetryRequested | MessageSent) -> Any:
-    """The action as an ignored-action event records it: texts over the limit cut short."""
+    """An action refused for a text over the limit, as its ignored-action event records it."""
     record = fact.model_dump(mode="json")
     for key, value in record.items():
         if isinstance(value, str) and len(value) > _IGNORED_TEXT_CHARS:

@@ -182,7 +182,8 @@ def schema_limit_problem(schema: Any, what: str) -> tuple[Limit, str] | None:
             verb="nests",
         )
     try:
-        size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+        text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+        size = len(text.encode("utf-8", "surrogatepass"))
     except (TypeError, ValueError):
         return None  # not JSON data: the schema rules say what is wrong with it
     if size > MAX_SCHEMA_BYTES.value:

@@ -65,15 +65,15 @@ def test_text_depth_counts_brackets_outside_strings(text: str, depth: int) -> No
 def test_text_depth_is_linear_on_hostile_text() -> None:
     started = time.monotonic()
     for text, depth in (
-        ('"' + "\\" * 2_000_001, 0),
-        ('"\\"' * 700_000, 0),
-        ("[" * 2_000_000, 2_000_000),
-        ('["' * 1_000_000, 500_000),
-        ("[]" * 1_000_000, 1),
-        (("[" * 128 + "]" * 128) * 7_800, 128),
+        ('"' + "\\" * 1_000_001, 0),
+        ('"\\"' * 350_000, 0),
+        ("[" * 1_000_000, 1_000_000),
+        ('["' * 500_000, 250_000),
+        ("[]" * 500_000, 1),
+        (("[" * 128 + "]" * 128) * 3_900, 128),
     ):
         assert text_depth(text.encode()) == depth
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < 3.0
 
 
 def test_value_depth_walks_any_depth_without_recursion() -> None:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from openflow.engine.errors import WorkflowFormatError
+from openflow.engine.errors import LimitExceeded, WorkflowFormatError
+from openflow.engine.limits import MAX_WORKFLOW_FILE_BYTES
 from openflow.engine.spec import AppWorkflowStore, Workflow
 from openflow.paths import (
     WORKFLOW_FILE_SUFFIX,
@@ -67,6 +68,32 @@ class SkippedFile:
 
     path: Path
     reason: str
+
+
+def read_workflow_bytes(path: Path) -> bytes:
+    """A workflow file's bytes, never more than max_workflow_file_bytes of them.
+
+    Raises LimitExceeded for a longer file (or an endless one, such as a device) without
+    reading the rest, and OSError when the file cannot be read.
+    """
+    limit = MAX_WORKFLOW_FILE_BYTES.value
+    with path.open("rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        size = _size(path)
+        raise MAX_WORKFLOW_FILE_BYTES.error(
+            "the workflow file",
+            size if size > limit else limit + 1,
+            "split the workflow or shorten its prompts",
+        )
+    return data
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 class Catalog:
@@ -171,7 +198,7 @@ class Catalog:
             ) from None
         try:
             return AppWorkflowStore.load_json(text)
-        except WorkflowFormatError as exc:
+        except (WorkflowFormatError, LimitExceeded) as exc:
             raise CatalogError(
                 f"cannot read the app workflow store {path}: {exc} (fix the file or move it "
                 "aside; nothing was written)"
@@ -192,11 +219,11 @@ class Catalog:
             if not path.is_file():
                 continue
             try:
-                workflow = Workflow.load_json(path.read_bytes())
+                workflow = Workflow.load_json(read_workflow_bytes(path))
             except OSError as exc:
                 skipped.append(SkippedFile(path, f"cannot read the file: {exc.strerror}"))
                 continue
-            except WorkflowFormatError as exc:
+            except (WorkflowFormatError, LimitExceeded) as exc:
                 skipped.append(SkippedFile(path, str(exc)))
                 continue
             if workflow.id in seen:
@@ -280,4 +307,5 @@ __all__ = [
     "SkippedFile",
     "Where",
     "WorkflowNotFoundError",
+    "read_workflow_bytes",
 ]

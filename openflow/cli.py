@@ -34,10 +34,19 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
-from openflow.client import ActionRejected, RunConflict, RunError, RunNotFound, Runs
+from openflow.catalog import read_workflow_bytes
+from openflow.client import (
+    ActionRejected,
+    RunConflict,
+    RunError,
+    RunNotFound,
+    Runs,
+    check_run_id,
+)
 from openflow.connect import ConnectError, connect, load_target
-from openflow.engine.errors import WorkflowFormatError
+from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.engine.graph import workflow_problems
+from openflow.engine.limits import MAX_ENTRYPOINT_BYTES, check_entrypoint, check_message
 from openflow.engine.spec import Workflow
 from openflow.follow import (
     Follower,
@@ -59,7 +68,7 @@ from openflow.server import (
     temporal_address,
     temporal_namespace,
 )
-from openflow.settings import SettingsError, load_settings
+from openflow.settings import SettingsError, load_settings, runtime_settings
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -69,6 +78,7 @@ EXIT_INTERRUPTED = 130
 DEFAULT_API_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 8000
 QUERY_TIMEOUT_S = 15.0
+MAX_SEQ = 2**53
 STOP_TIMEOUT_S = 30.0
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 DEMO_EXAMPLE = "release_notes"
@@ -168,7 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
         "then prints how to answer and exits 0 with the run paused.",
     )
     run.add_argument("file", metavar="FILE", type=Path, help="the .workflow.json file")
-    run.add_argument("--input", default="", metavar="TEXT", help="the entrypoint text")
+    entry = run.add_mutually_exclusive_group()
+    entry.add_argument("--input", default="", metavar="TEXT", help="the entrypoint text")
+    entry.add_argument(
+        "--input-file",
+        type=Path,
+        metavar="FILE",
+        help="read the entrypoint text from FILE ('-' for standard input)",
+    )
     run.add_argument("--run-id", metavar="ID", help="the run id (default run-<uuid>)")
     run.add_argument("--project", type=Path, metavar="DIR", help="the folder tools work in")
     run.add_argument("--detach", action="store_true", help="print the run id once started and exit")
@@ -257,16 +274,18 @@ def _add_runs_actions(actions: Any) -> None:
 def read_workflow_file(path: Path) -> Workflow:
     """Load a workflow file; raises BadInput with one line naming the file and the problem."""
     try:
-        data = path.read_bytes()
+        data = read_workflow_bytes(path)
     except FileNotFoundError:
         raise BadInput(f"{path}: no such file — check the path") from None
     except IsADirectoryError:
         raise BadInput(f"{path}: is a folder — give the path of a workflow file") from None
     except OSError as exc:
         raise BadInput(f"{path}: cannot read the file: {exc.strerror}") from None
+    except LimitExceeded as exc:
+        raise BadInput(f"{path}: {exc}") from None
     try:
         return Workflow.load_json(data)
-    except WorkflowFormatError as exc:
+    except (WorkflowFormatError, LimitExceeded) as exc:
         raise BadInput(f"{path}: {exc}") from None
 
 
@@ -364,6 +383,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     from openflow.api.app import serve
     from openflow.api.errors import UnsafeBind
 
+    _check_host(args.host, "--host")
     _check_port_option(args.port, "--port")
     _require_free_port(args.host, args.port, "--port")
     try:
@@ -482,6 +502,7 @@ class EmbeddedApiServer(uvicorn.Server):
 
 
 def _stack(args: argparse.Namespace, worker_env: dict[str, str] | None = None) -> LocalStack:
+    _check_host(args.api_host, "--api-host")
     _check_port_option(args.ui_port, "--ui-port")
     _check_port_option(args.api_port, "--api-port")
     api_port = args.api_port
@@ -618,9 +639,44 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.project.is_dir():
             raise BadInput(f"--project {args.project}: no such folder — give an existing folder")
         project = str(args.project.resolve())
-    if args.run_id is not None and not args.run_id.strip():
-        raise BadInput("--run-id is empty; give an id or leave the option out")
+    if args.input_file is not None:
+        args.input = read_entrypoint_file(args.input_file)
     return _run(_start_and_follow(args, workflow, project))
+
+
+def read_entrypoint_file(path: Path) -> str:
+    """`--input-file`: the entrypoint text of a UTF-8 file ('-': standard input), bounded."""
+    limit = MAX_ENTRYPOINT_BYTES.value
+    where = "standard input" if str(path) == "-" else str(path)
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with path.open("rb") as file:
+                data = file.read(limit + 1)
+    except FileNotFoundError:
+        raise BadInput(f"--input-file {path}: no such file — check the path") from None
+    except IsADirectoryError:
+        raise BadInput(f"--input-file {path}: is a folder — give a text file") from None
+    except OSError as exc:
+        raise BadInput(f"--input-file {path}: cannot read it: {exc.strerror}") from None
+    if len(data) > limit:
+        size = path.stat().st_size if where != "standard input" and path.is_file() else 0
+        raise BadInput(
+            "--input-file: "
+            + MAX_ENTRYPOINT_BYTES.message(
+                f"the entrypoint in {where}",
+                max(size, limit + 1),
+                "shorten it, or put the material in a file the run reads",
+                verb="is at least" if size <= limit else "is",
+            )
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadInput(
+            f"--input-file {where}: not UTF-8 text (byte {exc.start}) — save it as UTF-8"
+        ) from None
 
 
 async def _start_and_follow(
@@ -740,8 +796,8 @@ def _print_run(run_id: str, state: dict[str, Any], events: list[dict[str, Any]])
 
 def cmd_runs_events(args: argparse.Namespace) -> int:
     """`openflow runs events ID`: the durable events after --after, as lines or --json."""
-    if args.after < 0:
-        raise BadInput("--after must be 0 or more (a seq number)")
+    if not 0 <= args.after <= MAX_SEQ:
+        raise BadInput(f"--after must be a seq number from 0 to {MAX_SEQ}")
 
     async def main() -> int:
         runs = await connect_runs()
@@ -917,7 +973,7 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
         raise BadInput(str(exc)) from None
     except ServerError as exc:
         raise BadInput(_server_problem(exc)) from None
-    except (SettingsError, ConnectError) as exc:
+    except (SettingsError, ConnectError, LimitExceeded) as exc:
         raise BadInput(str(exc)) from None
     except WorkflowAlreadyStartedError as exc:
         raise BadInput(
@@ -964,21 +1020,46 @@ def _check_port_option(port: int | None, option: str) -> None:
 
 
 def _port_free(host: str, port: int) -> bool:
+    return _bind_problem(host, port) is None
+
+
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why this process could not listen on host:port right now, or None."""
+    import errno
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"the port is in use on {host}; choose another"
+            reason = exc.strerror or str(exc)
+            return f"cannot listen on {host!r} ({reason}); give an address of this machine"
+    return None
 
 
 def _require_free_port(host: str, port: int, option: str) -> None:
-    if not _port_free(host, port):
-        raise BadInput(f"{option} {port}: the port is in use on {host}; choose another")
+    problem = _bind_problem(host, port)
+    if problem is not None:
+        raise BadInput(f"{option} {port}: {problem}")
+
+
+def _check_host(host: str, option: str) -> None:
+    """A host to listen on: an IP address or a name that resolves here."""
+    import socket
+
+    if not host.strip():
+        raise BadInput(f"{option} is empty; give an address to listen on, e.g. 127.0.0.1")
+    try:
+        socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):
+        raise BadInput(
+            f"{option} {host!r}: not an address this machine knows — give an IP address "
+            "(127.0.0.1, 0.0.0.0, ::1) or a host name that resolves"
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -995,12 +1076,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     _tolerate_unencodable_output()
     parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0].startswith("-") and words[0] not in ("-h", "--help"):
+        print(
+            f"openflow: error: unrecognized option {words[0]!r}: a command comes first "
+            "(see 'openflow --help')",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as exc:
         return _exit_code(exc)
     handler: Handler = args.handler
     try:
+        check_environment()
+        check_arguments(args)
         return handler(args)
     except BadInput as exc:
         print(_first_line(str(exc)), file=sys.stderr)
@@ -1051,6 +1142,61 @@ def _exit_code(exc: SystemExit) -> int:
     if isinstance(exc.code, int):
         return exc.code
     return EXIT_BAD_INPUT
+
+
+def check_environment() -> None:
+    """Every OPENFLOW_* variable, checked before any command uses one."""
+    try:
+        runtime_settings()
+    except SettingsError as exc:
+        raise BadInput(str(exc)) from None
+
+
+#: Arguments that name something that exists (a run, a node, an approval), by their metavar.
+_ID_ARGUMENTS = (
+    ("run_id", "ID"),
+    ("node_id", "NODE"),
+    ("approval_id", "APPROVAL"),
+    ("workflow", "--workflow"),
+)
+_TEXT_ARGUMENTS = (("text", "TEXT"), ("message", "--message"), ("reason", "--reason"))
+MAX_ID_CHARS = 1000
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The arguments every command shares, checked before the command connects anywhere."""
+    if args.handler is cmd_run:
+        if args.run_id is not None:
+            if not args.run_id.strip():
+                raise BadInput("--run-id is empty; give an id or leave the option out")
+            try:
+                check_run_id(args.run_id)
+            except RunError as exc:
+                raise BadInput(f"--run-id: {exc}") from None
+        check_limit(check_entrypoint, args.input, "--input")
+        return
+    for name, metavar in _ID_ARGUMENTS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if not value.strip():
+            raise BadInput(f"{metavar} is empty; give one (see `openflow runs show ID`)")
+        if len(value) > MAX_ID_CHARS or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise BadInput(
+                f"{metavar} is not an id: give at most {MAX_ID_CHARS} printable characters"
+            )
+    for name, where in _TEXT_ARGUMENTS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            check_limit(lambda text: check_message(text, "the text"), value, where)
+
+
+def check_limit(check: Callable[[str], None], value: str, where: str) -> None:
+    """Run a limit check on an argument; BadInput names the argument and the limit."""
+    try:
+        check(value)
+    except LimitExceeded as exc:
+        raise BadInput(f"{where}: {exc}") from None
 
 
 def _tolerate_unencodable_output() -> None:

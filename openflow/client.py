@@ -35,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
 from openflow.engine.graph import workflow_problems
+from openflow.engine.limits import check_entrypoint, check_message
 from openflow.engine.spec import Workflow
 
 SA_STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
@@ -121,6 +122,7 @@ class Runs:
         problems = workflow_problems(workflow)
         if problems:
             raise InvalidWorkflow("; ".join(str(p) for p in problems))
+        check_entrypoint(entrypoint)
         run_id = check_run_id(run_id) if run_id else new_run_id()
         attrs = TypedSearchAttributes(
             [
@@ -229,7 +231,11 @@ class Runs:
     # --- act ----------------------------------------------------------------------------
 
     async def act(self, run_id: str, action: c.Action) -> dict[str, Any]:
-        """Apply a human action through the `act` update; a mismatch raises ActionRejected."""
+        """Apply a human action through the `act` update; a mismatch raises ActionRejected.
+
+        A text over max_message_bytes raises LimitExceeded before anything is sent.
+        """
+        check_action_texts(action)
         handle = await self.handle(run_id)
         desc = await handle.describe()
         if desc.status != WorkflowExecutionStatus.RUNNING:
@@ -323,6 +329,13 @@ async def events_after(
     return earlier + events
 
 
+def check_action_texts(action: c.Action) -> None:
+    """Raise LimitExceeded when a text of the action is over max_message_bytes."""
+    check_message(action.text, "the answer" if action.kind == "input" else "the message")
+    check_message(action.message, "the retry message")
+    check_message(action.reason, "the reason")
+
+
 def action_from(kind: str, payload: Mapping[str, Any]) -> c.Action:
     return c.Action.model_validate({"kind": kind, **payload})
 
@@ -340,6 +353,7 @@ __all__ = [
     "RunSummary",
     "Runs",
     "action_from",
+    "check_action_texts",
     "events_after",
     "new_run_id",
 ]

@@ -11,9 +11,11 @@ Errors:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -22,10 +24,13 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_serializer,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from openflow.engine.errors import LimitExceeded
+from openflow.engine.limits import check_json_text
 from openflow.paths import openflow_home
 
 ProviderKind = Literal["openai", "chat_completions", "anthropic", "bedrock", "scripted"]
@@ -314,6 +319,10 @@ def load_settings(home: Path) -> AppSettings:
     except OSError as exc:
         raise SettingsError(f"cannot read {str(path)!r}: {exc.strerror}") from None
     try:
+        check_json_text(text, str(path))
+    except LimitExceeded as exc:
+        raise SettingsError(f"{exc}") from None
+    try:
         raw = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
         raise SettingsError(
@@ -324,15 +333,27 @@ def load_settings(home: Path) -> AppSettings:
     return parse_settings(raw)
 
 
-class RuntimeSettings(BaseSettings):
-    """Process settings from `OPENFLOW_*` environment variables (CONTRACT section 2)."""
+MAX_TOOL_BUDGET = 1024
+MAX_TASK_QUEUE_CHARS = 1000
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
-    model_config = SettingsConfigDict(env_prefix="OPENFLOW_", extra="ignore")
+
+class RuntimeSettings(BaseSettings):
+    """Process settings from `OPENFLOW_*` environment variables (CONTRACT section 2).
+
+    Every variable is checked here, before anything uses it; `runtime_settings()` turns a bad
+    one into a SettingsError of one line naming the variable and what to give instead. The
+    Temporal connection (`OPENFLOW_TEMPORAL_ADDRESS`, `OPENFLOW_NAMESPACE`) is read as it is.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OPENFLOW_", extra="ignore", env_ignore_empty=True)
 
     home: Path = Field(default_factory=lambda: Path.home() / ".openflow")
     temporal_address: str | None = None
     namespace: str = "default"
     task_queue: str = "openflow"
+    ui_url: str | None = None
     script: Path | None = None
     #: Confinement of tool processes (bash, ast-grep): `auto` uses bubblewrap when it works,
     #: `required` refuses to start them without it, `off` never confines them.
@@ -342,6 +363,107 @@ class RuntimeSettings(BaseSettings):
     #: Extra paths hidden from confined tool processes (os.pathsep-separated); unset hides the
     #: usual credential folders of the worker's user (~/.aws, ~/.ssh, ...).
     tool_sandbox_hide: str | None = None
+    tool_budget: int = 16
+    workflow_sandbox: bool = False
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home(cls, value: Any) -> Any:
+        text = str(value)
+        if "\x00" in text:
+            raise ValueError("contains a NUL character — give a folder path")
+        path = Path(text.strip()).expanduser()
+        if path.exists() and not path.is_dir():
+            raise ValueError("is a file, not a folder — give a folder (created when missing)")
+        return path
+
+    @field_validator("task_queue", mode="before")
+    @classmethod
+    def _task_queue(cls, value: Any) -> Any:
+        text = str(value)
+        if not text.strip() or text != text.strip():
+            raise ValueError("has blanks around it or is blank — give a name such as 'openflow'")
+        if len(text) > MAX_TASK_QUEUE_CHARS or any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+            raise ValueError(
+                f"is not a task queue name — give at most {MAX_TASK_QUEUE_CHARS} printable "
+                "characters"
+            )
+        return text
+
+    @field_validator("ui_url", mode="before")
+    @classmethod
+    def _ui_url(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        text = str(value).strip()
+        parsed = urlsplit(text)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(
+                "is not an http(s) URL — give the Web UI's address, e.g. http://host:8233"
+            )
+        try:
+            parsed.port  # noqa: B018 - raises for a port that is not a number
+        except ValueError:
+            raise ValueError("has a port that is not a number — fix the URL") from None
+        return text
+
+    @field_validator("script", mode="before")
+    @classmethod
+    def _script(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        path = Path(str(value)).expanduser()
+        if not path.is_file():
+            raise ValueError("is not a file — give the path of a script JSON file")
+        return path
+
+    @field_validator("tool_budget", mode="before")
+    @classmethod
+    def _tool_budget(cls, value: Any) -> Any:
+        return parse_tool_budget(str(value))
+
+    @field_validator("workflow_sandbox", mode="before")
+    @classmethod
+    def _workflow_sandbox(cls, value: Any) -> Any:
+        return parse_switch(str(value))
+
+
+def parse_tool_budget(text: str) -> int:
+    """OPENFLOW_TOOL_BUDGET: a whole number of tool calls from 1 to 1024."""
+    value = text.strip()
+    if not value.isdigit() or not 1 <= int(value) <= MAX_TOOL_BUDGET:
+        raise ValueError(f"is not a whole number from 1 to {MAX_TOOL_BUDGET} — give one, e.g. 16")
+    return int(value)
+
+
+def parse_switch(text: str) -> bool:
+    """An on/off variable: 1, true, yes, on or 0, false, no, off (any case)."""
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError("is neither on nor off — give 1 or 0 (or true/false, yes/no, on/off)")
+
+
+def runtime_settings() -> RuntimeSettings:
+    """The process's `OPENFLOW_*` variables, each checked.
+
+    Raises SettingsError naming the first bad variable, its value (unless it is a URL, which
+    may carry a password) and what to give instead.
+    """
+    try:
+        return RuntimeSettings()
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        field = str(error["loc"][0]) if error["loc"] else ""
+        variable = _PREFIX + field.upper()
+        shown = "" if field == "ui_url" else f"={os.environ.get(variable, '')!r}"
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        raise SettingsError(f"{variable}{shown}: {reason}") from None
+
+
+_PREFIX = "OPENFLOW_"
 
 
 __all__ = [
@@ -354,6 +476,9 @@ __all__ = [
     "ReasoningEffortOption",
     "RuntimeSettings",
     "SettingsError",
+    "parse_switch",
+    "parse_tool_budget",
+    "runtime_settings",
     "Transport",
     "builtin_profiles",
     "load_settings",

@@ -20,6 +20,7 @@ from openflow.activities.store import FileRunStore, RunStore
 from openflow.activities.tools.confine import announce as announce_confinement
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
+from openflow.settings import SettingsError, parse_switch
 from openflow.workflows.run import EngineFault, OpenFlowRun
 
 #: Bugs in engine or workflow code fail the run visibly instead of retrying its task forever.
@@ -54,7 +55,11 @@ def workflow_runner(sandboxed: bool | None = None) -> WorkflowRunner:
     OPENFLOW_WORKFLOW_SANDBOX=1 turns it on.
     """
     if sandboxed is None:
-        sandboxed = os.environ.get("OPENFLOW_WORKFLOW_SANDBOX", "").strip() in ("1", "true", "yes")
+        text = os.environ.get("OPENFLOW_WORKFLOW_SANDBOX", "").strip()
+        try:
+            sandboxed = bool(text) and parse_switch(text)
+        except ValueError as exc:
+            raise SettingsError(f"OPENFLOW_WORKFLOW_SANDBOX={text!r}: {exc}") from None
     return sandbox_runner() if sandboxed else UnsandboxedWorkflowRunner()
 
 

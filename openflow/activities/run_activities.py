@@ -27,7 +27,8 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
 from openflow.activities.store import KeyNotFound, RunStore
 from openflow.engine.advance import reply_items
-from openflow.engine.errors import WorkflowFormatError
+from openflow.engine.errors import LimitExceeded, WorkflowFormatError
+from openflow.engine.limits import schema_limit_problem
 from openflow.engine.policy import EAGER_TOOLS, HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.review import REVIEW_NODE, render_evidence
@@ -37,7 +38,13 @@ from openflow.engine.subagents import snapshot_agents
 from openflow.engine.transcript import ToolResultItem, TranscriptItem
 from openflow.live import LiveChannel
 from openflow.paths import agents_path
-from openflow.settings import AppSettings, ProviderProfile, load_settings
+from openflow.settings import (
+    AppSettings,
+    ProviderProfile,
+    SettingsError,
+    load_settings,
+    parse_tool_budget,
+)
 
 log = logging.getLogger(__name__)
 _ITEM = TypeAdapter(TranscriptItem)
@@ -99,6 +106,14 @@ async def heartbeating(work: Awaitable[T], every_s: float = HEARTBEAT_EVERY_S) -
 ProviderFactory = Callable[[str, ProviderProfile, AppSettings], Any]
 
 
+def _tool_budget(env: Mapping[str, str]) -> int:
+    text = env.get("OPENFLOW_TOOL_BUDGET", "") or "16"
+    try:
+        return parse_tool_budget(text)
+    except ValueError as exc:
+        raise SettingsError(f"OPENFLOW_TOOL_BUDGET={text!r}: {exc}") from None
+
+
 class RunActivities:
     """The activities a worker registers; clients and stores come in through the constructor."""
 
@@ -127,7 +142,7 @@ class RunActivities:
         ] = {}
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
-        self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
+        self._budget = asyncio.Semaphore(_tool_budget(self.env))
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.prepare_run, self.model_turn, self.tool_batch, self.write_handoff]
@@ -225,10 +240,15 @@ class RunActivities:
             saved = AgentsFile.load_json(path.read_bytes()).agents
         except FileNotFoundError:
             return []
-        except WorkflowFormatError as exc:
+        except (WorkflowFormatError, LimitExceeded) as exc:
             raise_app(f"{path} cannot be read: {exc}; fix or remove the file")
             return []
-        return snapshot_agents(wf, saved)
+        kept = snapshot_agents(wf, saved)
+        for agent in kept:
+            over = schema_limit_problem(agent.output_schema, f"agent {agent.id!r}: output_schema")
+            if over is not None:
+                raise_app(f"{path}: {over[1]}")
+        return kept
 
     def _check_credentials(
         self, provider_id: str, profile: ProviderProfile, settings: AppSettings

@@ -21,13 +21,14 @@ from openflow.api.errors import ServiceUnavailable, UnsafeBind, install_error_ha
 from openflow.api.middleware import BodyLimit, ErrorBoundary
 from openflow.api.sse import LiveSource
 from openflow.connect import ConnectError, connect, load_target
+from openflow.engine.limits import MAX_REQUEST_BYTES
 from openflow.paths import openflow_home
 from openflow.server import task_queue as default_task_queue
 from openflow.server import temporal_address, temporal_namespace
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-DEFAULT_MAX_BODY_BYTES = 1_048_576
+DEFAULT_MAX_BODY_BYTES = MAX_REQUEST_BYTES.value
 
 DESCRIPTION = """\
 Start OpenFlow runs, follow them live, answer their pauses and manage the workflow catalog.

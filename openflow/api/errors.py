@@ -11,8 +11,8 @@ Errors:
     │   ├── Unauthorized       401 no or unknown bearer key
     │   ├── NotFound           404 no such run or workflow (for this tenant)
     │   ├── Conflict           409 the run refused the request
-    │   ├── PayloadTooLarge    413 the body is over the configured limit
-    │   ├── Unprocessable      422 the body parsed but is not acceptable
+    │   ├── PayloadTooLarge    413 the body is over max_request_bytes (or the set limit)
+    │   ├── Unprocessable      422 the body parsed but is not acceptable (over a limit too)
     │   └── ServiceUnavailable 503 Temporal cannot be reached
     └── UnsafeBind             `serve` refused a non-loopback host without API keys
 """
@@ -34,9 +34,10 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from openflow.api.routing import BodyOverLimit
 from openflow.catalog import CatalogError, WorkflowNotFoundError
 from openflow.client import ActionRejected, RunConflict, RunNotFound
-from openflow.engine.errors import WorkflowFormatError
+from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.settings import SettingsError
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,8 @@ def as_http_error(exc: BaseException) -> HttpError | None:
         )
     if isinstance(exc, WorkflowFormatError):
         return Unprocessable(str(exc), code="invalid_workflow")
+    if isinstance(exc, LimitExceeded):
+        return Unprocessable(exc.message, code="limit_exceeded", details=exc.as_dict())
     if isinstance(exc, WorkflowQueryFailedError):
         return ServiceUnavailable(
             "the run could not answer the query; check that a worker polls its task queue",
@@ -254,6 +257,8 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
         413: "payload_too_large",
         415: "unsupported_media_type",
     }
+    if isinstance(exc, BodyOverLimit):
+        return error_response(exc.status_code, exc.code, str(exc.detail), exc.details)
     code = codes.get(exc.status_code, "http_error")
     if exc.status_code == 404:
         message = f"no route {request.url.path!r}; see /docs for the routes"
@@ -305,6 +310,7 @@ def install_error_handlers(app: FastAPI) -> None:
         WorkflowAlreadyStartedError,
         CatalogError,
         WorkflowFormatError,
+        LimitExceeded,
         WorkflowQueryFailedError,
         RPCError,
         SettingsError,

@@ -7,6 +7,7 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from openflow.api.errors import error_response, internal_error_response
+from openflow.engine.limits import MAX_REQUEST_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ class BodyLimit:
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = (
-            f"the request body is over the limit of {self.max_bytes} bytes; send a smaller body"
+            f"the request body is over the limit {MAX_REQUEST_BYTES.name} ({self.max_bytes:,} "
+            "bytes) — send a smaller body"
         )
         await self._reject(scope, receive, send, 413, "payload_too_large", message)
 

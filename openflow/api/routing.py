@@ -6,20 +6,36 @@ import json
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
+
+from openflow.engine.errors import LimitExceeded
+from openflow.engine.limits import check_json_text
 
 
 def _reject_constant(name: str) -> Any:
     raise json.JSONDecodeError(f"{name} is not a JSON number", name, 0)
 
 
+class BodyOverLimit(HTTPException):
+    """A body over one of the limits; FastAPI passes an HTTPException from body parsing on."""
+
+    def __init__(self, exc: LimitExceeded) -> None:
+        super().__init__(status_code=422, detail=exc.message)
+        self.code = "limit_exceeded"
+        self.details = exc.as_dict()
+
+
 class StrictJsonRequest(Request):
-    """A request whose JSON body must be standard JSON."""
+    """A request whose JSON body must be standard JSON, nested no deeper than max_json_depth."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
+            try:
+                check_json_text(body, "the request body")
+            except LimitExceeded as exc:
+                raise BodyOverLimit(exc) from None
             try:
                 self._json = json.loads(body, parse_constant=_reject_constant)
             except UnicodeDecodeError:
@@ -41,4 +57,4 @@ class StrictJsonRoute(APIRoute):
         return strict_handler
 
 
-__all__ = ["StrictJsonRequest", "StrictJsonRoute"]
+__all__ = ["BodyOverLimit", "StrictJsonRequest", "StrictJsonRoute"]

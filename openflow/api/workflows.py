@@ -23,16 +23,18 @@ WorkflowId = Annotated[str, Path(min_length=1, max_length=256, description="The 
 
 
 def check_workflow(workflow: Workflow) -> None:
-    """Raise a 422 listing every problem of the workflow, each naming its node or edge."""
+    """Raise a 422 listing every problem of the workflow, each naming its node or edge.
+
+    A workflow over a limit (`limit_exceeded`) gets only its limit problems.
+    """
     problems = workflow_problems(workflow)
     if not problems:
         return
     message = problems[0].message
     if len(problems) > 1:
         message += f" (and {len(problems) - 1} more; see details)"
-    raise Unprocessable(
-        message, code="invalid_workflow", details=[problem.as_dict() for problem in problems]
-    )
+    code = "limit_exceeded" if problems[0].code == "LimitExceeded" else "invalid_workflow"
+    raise Unprocessable(message, code=code, details=[problem.as_dict() for problem in problems])
 
 
 @router.get("", response_model=list[Workflow], responses=documented(401))

@@ -6,17 +6,26 @@ and `advance.advance(snapshot, facts, now_ms) -> Plan` is total and deterministi
 """
 
 from openflow.engine import advance
-from openflow.engine.errors import EngineError, WorkflowFormatError, WorkflowValidationError
+from openflow.engine.errors import (
+    EngineError,
+    LimitExceeded,
+    WorkflowFormatError,
+    WorkflowValidationError,
+)
 from openflow.engine.events import RunEvent, RunReport
 from openflow.engine.graph import execution_layers, validate_workflow, workflow_problems
+from openflow.engine.limits import LIMITS, Limit
 from openflow.engine.projection import WorkflowRunState, apply_event, initial_state, project
 from openflow.engine.spec import Workflow
 from openflow.engine.state import Fact, Intent, Plan, RunSnapshot
 
 __all__ = [
+    "LIMITS",
     "EngineError",
     "Fact",
     "Intent",
+    "Limit",
+    "LimitExceeded",
     "Plan",
     "RunEvent",
     "RunReport",

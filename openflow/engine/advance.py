@@ -17,6 +17,7 @@ from typing import Any, assert_never
 from openflow.engine import prompts, review
 from openflow.engine.classify import classify_failure, classify_reply
 from openflow.engine.graph import workflow_problems
+from openflow.engine.limits import MAX_ENTRYPOINT_BYTES, MAX_MESSAGE_BYTES, text_limit_problem
 from openflow.engine.policy import EAGER_TOOLS, SEAL_TOOL, approval_decision
 from openflow.engine.request import ModelReply
 from openflow.engine.spec import CallableAgent, Workflow
@@ -64,6 +65,9 @@ from openflow.engine.turn import (
 )
 
 Action = InputGiven | ApprovalDecided | RetryRequested | MessageSent
+
+#: How much of an over-long text an ignored-action event keeps.
+_IGNORED_TEXT_CHARS = 1024
 
 
 class _Run(Subagents):
@@ -373,7 +377,9 @@ class _Run(Subagents):
         elif isinstance(fact, InputGiven | ApprovalDecided | RetryRequested | MessageSent):
             reason = check(self.s, fact)
             if reason is not None:
-                self.emit("ActionIgnored", action=fact.model_dump(mode="json"), reason=reason)
+                too_long = self.s.limits and _text_over_limit(fact) is not None
+                action = _ignored_record(fact) if too_long else fact.model_dump(mode="json")
+                self.emit("ActionIgnored", action=action, reason=reason)
             else:
                 self.on_action(fact)
         elif isinstance(fact, ActionMalformed):
@@ -643,6 +649,10 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
     """Why a human action matches nothing pending, or None when it applies (the `act` validator)."""
     if snapshot.finished:
         return f"the run is {snapshot.status}; resume it first"
+    if snapshot.limits:
+        too_long = _text_over_limit(action)
+        if too_long is not None:
+            return too_long
     nodes = snapshot.nodes
     if isinstance(action, ApprovalDecided):
         batch = snapshot.batches.get(action.approval_id)
@@ -683,6 +693,33 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
     return None
 
 
+def _text_over_limit(action: Any) -> str | None:
+    """Why a person's text is too long for the run to take, or None."""
+    texts: list[tuple[str | None, str]] = []
+    if isinstance(action, InputGiven):
+        texts = [(action.text, "the answer")]
+    elif isinstance(action, MessageSent):
+        texts = [(action.text, "the message")]
+    elif isinstance(action, RetryRequested):
+        texts = [(action.message, "the retry message")]
+    elif isinstance(action, ApprovalDecided):
+        texts = [(action.reason, "the reason")]
+    for text, what in texts:
+        problem = text_limit_problem(MAX_MESSAGE_BYTES, text, what, "send a shorter text")
+        if problem is not None:
+            return problem
+    return None
+
+
+def _ignored_record(fact: InputGiven | ApprovalDecided | RetryRequested | MessageSent) -> Any:
+    """An action refused for a text over the limit, as its ignored-action event records it."""
+    record = fact.model_dump(mode="json")
+    for key, value in record.items():
+        if isinstance(value, str) and len(value) > _IGNORED_TEXT_CHARS:
+            record[key] = value[:_IGNORED_TEXT_CHARS] + "…"
+    return record
+
+
 def _finish(run: _Run) -> Plan:
     status: RunStatus = run.s.status
     return Plan(
@@ -708,13 +745,16 @@ def start(
     agents: Iterable[CallableAgent] = (),
     review: bool = True,
     read_tools: Iterable[str] = (),
+    limits: bool = True,
 ) -> Plan:
     """A new run's first plan: the initial snapshot and its first model calls.
 
     An invalid workflow ends the run at once with every problem named; `warnings` (servers
     skipped at start and the like) become non-fatal `Error` events. `agents` are the saved
     agents (`agents.json`); the run keeps the ones its nodes may call (spec 6). `review`: a
-    post-run review call ends a successful run (spec 12).
+    post-run review call ends a successful run (spec 12). `limits`: the run enforces
+    `engine.limits` (an entrypoint or workflow over one ends it at once, too-long texts from
+    people are refused).
     """
     kept = snapshot_agents(workflow, list(agents))
     plan_mode = workflow.settings.plan_mode
@@ -732,20 +772,29 @@ def start(
         subagents={a.id: SubagentRecord(id=a.id, name=a.name, purpose=a.purpose) for a in kept},
         review_enabled=review,
         read_tools=sorted(set(read_tools)),
+        limits=limits,
     )
     run = _Run(snapshot, now_ms)
+    too_long = text_limit_problem(
+        MAX_ENTRYPOINT_BYTES, entrypoint_text, "the entrypoint", "start it with a shorter text"
+    )
+    shown = entrypoint_text
+    if limits and too_long is not None:
+        shown = entrypoint_text[:_IGNORED_TEXT_CHARS] + "…"
     run.emit(
         "RunStarted",
         workflow_id=workflow.id,
         workflow_name=workflow.name,
-        entrypoint_text=entrypoint_text,
+        entrypoint_text=shown,
     )
     for warning in warnings:
         text = warning if warning.startswith("ignored ") else f"ignored {warning}"
         run.emit("Error", message=text)
-    problems = workflow_problems(workflow)
+    problems = workflow_problems(workflow, limits=limits)
     if start_error is not None:
         run.terminal("", f"the run could not start: {start_error}")
+    elif limits and too_long is not None:
+        run.terminal("", f"the run could not start: {too_long}")
     elif problems:
         first = problems[0]
         run.terminal(

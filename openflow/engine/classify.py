@@ -15,6 +15,7 @@ from typing import Any, Literal
 from jsonschema import SchemaError, validators
 from pydantic import BaseModel, ConfigDict
 
+from openflow.engine.limits import MAX_JSON_DEPTH, text_depth
 from openflow.engine.policy import (
     HARNESS_REQUEST_INPUT,
     HARNESS_SUBMIT,
@@ -143,6 +144,8 @@ def _parse_text_json(text: str) -> Any | None:
     if match:
         stripped = match.group(1)
     if not stripped or stripped[0] not in "{[":
+        return None
+    if text_depth(stripped) > MAX_JSON_DEPTH.value:
         return None
     try:
         return json.loads(stripped)

@@ -6,6 +6,7 @@ family with one clause and map it to an exit code or an HTTP status:
     EngineError
     ├── WorkflowFormatError        the text is not JSON, or the JSON is not an OpenFlow workflow
     ├── WorkflowValidationError    a well-formed workflow that breaks a rule of spec 2.1
+    ├── LimitExceeded              a file, request or text over a limit of `engine.limits`
     └── UnknownNodeError           a node id that the workflow does not contain
 
 Messages are one line, quote identifiers with `!r` and end with what to do.
@@ -28,6 +29,7 @@ ValidationCode = Literal[
     "PlanModeSourceNotInteractive",
     "Cycle",
     "InternalConsistency",
+    "LimitExceeded",
 ]
 
 
@@ -88,6 +90,24 @@ class WorkflowValidationError(EngineError):
         }
 
 
+class LimitExceeded(EngineError):
+    """An input is over one of the named limits; `limit` names it, `value` is its value."""
+
+    def __init__(self, message: str, limit: str, value: int, found: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.limit = limit
+        self.value = value
+        self.found = found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.limit, self.value, self.found))
+
+    def as_dict(self) -> dict[str, str | int]:
+        """The limit and what was found, for API error details."""
+        return {"limit": self.limit, "value": self.value, "found": self.found}
+
+
 class UnknownNodeError(EngineError, KeyError):
     """A node id was asked for that the workflow does not contain."""
 
@@ -107,6 +127,7 @@ class UnknownNodeError(EngineError, KeyError):
 
 __all__ = [
     "EngineError",
+    "LimitExceeded",
     "UnknownNodeError",
     "ValidationCode",
     "WorkflowFormatError",

@@ -2,7 +2,8 @@
 
 `validate_workflow` raises the first problem in the spec's order; `workflow_problems` lists
 them all in the same order, for editors and `openflow validate`. Every message names the node
-or edge at fault and says what to change.
+or edge at fault and says what to change. The limits of `engine.limits` come first: a workflow
+over one of them gets only those problems, and no other rule looks at it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from openflow.engine.errors import UnknownNodeError, ValidationCode, WorkflowValidationError
+from openflow.engine.limits import (
+    MAX_EDGES,
+    MAX_JSON_DEPTH,
+    MAX_NODES,
+    MAX_WORKFLOW_BYTES,
+    Limit,
+    schema_limit_problem,
+)
 from openflow.engine.spec import (
     MCP_CONTEXT_MAX_BYTES,
     MarkdownHandoff,
@@ -38,16 +47,24 @@ MAX_MCP_ARGUMENT_VALUE_BYTES = 16_384
 _MAX_DETAIL_CHARS = 300
 
 
-def validate_workflow(wf: Workflow) -> None:
+def validate_workflow(wf: Workflow, *, limits: bool = True) -> None:
     """Raise the first WorkflowValidationError in the spec's order, or return if valid."""
-    first = next(_problems(wf), None)
+    first = next(_problems(wf, limits), None)
     if first is not None:
         raise first
 
 
-def workflow_problems(wf: Workflow) -> list[WorkflowValidationError]:
-    """Every problem of the workflow, in the order `validate_workflow` checks them."""
-    return list(_problems(wf))
+def workflow_problems(wf: Workflow, *, limits: bool = True) -> list[WorkflowValidationError]:
+    """Every problem of the workflow, in the order `validate_workflow` checks them.
+
+    `limits=False` leaves out the limits (runs recorded before them replay as they ran).
+    """
+    return list(_problems(wf, limits))
+
+
+def limit_problems(wf: Workflow) -> list[WorkflowValidationError]:
+    """The limits the workflow is over (code `LimitExceeded`, `detail` the limit's name)."""
+    return list(_limit_problems(wf))
 
 
 def execution_layers(wf: Workflow) -> list[list[str]]:
@@ -183,7 +200,12 @@ def _layers(wf: Workflow) -> list[list[str]] | None:
     return [sorted(str(n) for n in generation) for generation in generations]
 
 
-def _problems(wf: Workflow) -> Iterator[WorkflowValidationError]:
+def _problems(wf: Workflow, limits: bool = True) -> Iterator[WorkflowValidationError]:
+    if limits:
+        over = list(_limit_problems(wf))
+        if over:
+            yield from over
+            return
     if not wf.nodes:
         yield _error("EmptyWorkflow", "the workflow has no nodes — add at least one node")
     yield from _duplicate_nodes(wf)
@@ -205,6 +227,47 @@ def _error(
     detail: str = "",
 ) -> WorkflowValidationError:
     return WorkflowValidationError(code, message, node_id=node_id, edge_id=edge_id, detail=detail)
+
+
+def _over(limit: Limit, message: str, node_id: str | None = None) -> WorkflowValidationError:
+    return _error("LimitExceeded", message, node_id=node_id, detail=limit.name)
+
+
+def _limit_problems(wf: Workflow) -> Iterator[WorkflowValidationError]:
+    if len(wf.nodes) > MAX_NODES.value:
+        fix = "split it into smaller workflows"
+        yield _over(MAX_NODES, MAX_NODES.message("the workflow", len(wf.nodes), fix, verb="has"))
+    if len(wf.edges) > MAX_EDGES.value:
+        fix = "split it into smaller workflows"
+        yield _over(MAX_EDGES, MAX_EDGES.message("the workflow", len(wf.edges), fix, verb="has"))
+    if len(wf.nodes) > MAX_NODES.value or len(wf.edges) > MAX_EDGES.value:
+        return
+    deep = False
+    for node in wf.nodes:
+        found = schema_limit_problem(node.agent.output_schema, f"node {node.id!r}: output_schema")
+        if found is not None:
+            deep = deep or found[0].name == "max_schema_depth"
+            yield _over(found[0], found[1], node_id=node.id)
+    if deep:
+        return  # the workflow cannot be measured as JSON safely
+    try:
+        size = len(wf.model_dump_json(by_alias=True).encode("utf-8", "surrogatepass"))
+        # Resolved MCP context has limits of its own (spec 2.1) and is not the workflow's text.
+        size -= sum(
+            len(json.dumps(snapshot.content, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            for node in wf.nodes
+            for snapshot in node.agent.mcp_context_snapshots
+        )
+    except (ValueError, RecursionError):
+        # Only a workflow built in code can hold values this deep (files and bodies are
+        # measured before they are parsed).
+        fix = "flatten the values of its unknown keys"
+        deeper = f"the workflow nests deeper than {MAX_JSON_DEPTH.name} — {fix}"
+        yield _over(MAX_JSON_DEPTH, deeper)
+        return
+    if size > MAX_WORKFLOW_BYTES.value:
+        fix = "shorten its prompts and schemas, or split it into smaller workflows"
+        yield _over(MAX_WORKFLOW_BYTES, MAX_WORKFLOW_BYTES.message("the workflow", size, fix))
 
 
 def _duplicate_nodes(wf: Workflow) -> Iterator[WorkflowValidationError]:
@@ -461,6 +524,7 @@ __all__ = [
     "dependency_graph",
     "descendants",
     "execution_layers",
+    "limit_problems",
     "parents",
     "roots",
     "schema_problem",

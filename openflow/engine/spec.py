@@ -22,6 +22,12 @@ from pydantic import (
 )
 
 from openflow.engine.errors import WorkflowFormatError
+from openflow.engine.limits import (
+    MAX_EDGES,
+    MAX_NODES,
+    MAX_WORKFLOW_FILE_BYTES,
+    check_json_text,
+)
 
 ApprovalMode = Literal["read_only", "always_ask", "write", "yolo"]
 HandoffFormat = Literal["json", "markdown", "legacy"]
@@ -317,17 +323,35 @@ class Workflow(SpecModel):
 
     @classmethod
     def load_json(cls, text: str | bytes) -> Workflow:
-        """Parse a workflow file's text; raises WorkflowFormatError in one readable line."""
-        return cls.from_json_dict(_parse_json(text))
+        """Parse a workflow file's text; raises WorkflowFormatError in one readable line.
+
+        A text over max_workflow_file_bytes, or nested deeper than max_json_depth, raises
+        LimitExceeded before it is parsed.
+        """
+        size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "replace"))
+        if size > MAX_WORKFLOW_FILE_BYTES.value:
+            raise MAX_WORKFLOW_FILE_BYTES.error(
+                "the workflow file", size, "split the workflow or shorten its prompts"
+            )
+        return cls.from_json_dict(_parse_json(text, "the workflow file"))
 
     @classmethod
     def from_json_dict(cls, data: object) -> Workflow:
-        """Build a workflow from parsed JSON; raises WorkflowFormatError in one readable line."""
+        """Build a workflow from parsed JSON; raises WorkflowFormatError in one readable line.
+
+        More nodes or edges than max_nodes / max_edges raise LimitExceeded.
+        """
         if not isinstance(data, dict):
             raise WorkflowFormatError(
                 "not an OpenFlow workflow: expected a JSON object with id, name, nodes and "
                 f"edges, got {_json_type(data)}"
             )
+        for key, limit in (("nodes", MAX_NODES), ("edges", MAX_EDGES)):
+            items = data.get(key)
+            if isinstance(items, list) and len(items) > limit.value:
+                # Counted before the models are built, which would take seconds.
+                fix = "split it into smaller workflows"
+                raise limit.error("the workflow", len(items), fix, verb="has")
         return _validate(cls, data, "not an OpenFlow workflow")
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -379,7 +403,7 @@ class AgentsFile(SpecModel):
     @classmethod
     def load_json(cls, text: str | bytes) -> AgentsFile:
         """Parse agents.json; raises WorkflowFormatError in one readable line."""
-        data = _parse_json(text)
+        data = _parse_json(text, "agents.json")
         if not isinstance(data, dict):
             raise WorkflowFormatError(
                 f'not an agents file: expected {{"agents": [...]}}, got {_json_type(data)}'
@@ -400,7 +424,7 @@ class AppWorkflowStore(SpecModel):
     @classmethod
     def load_json(cls, text: str | bytes) -> AppWorkflowStore:
         """Parse workflows.json; raises WorkflowFormatError in one readable line."""
-        data = _parse_json(text)
+        data = _parse_json(text, "the workflow store")
         if not isinstance(data, dict):
             raise WorkflowFormatError(
                 'not a workflow store: expected {"workflows": [...], "seeded_examples": [...]}, '
@@ -456,7 +480,9 @@ def callable_agent_purpose(agent: CallableAgent) -> str:
     return SAVED_AGENT_PURPOSE
 
 
-def _parse_json(text: str | bytes) -> object:
+def _parse_json(text: str | bytes, what: str) -> object:
+    """Parsed JSON; raises LimitExceeded for text nested deeper than max_json_depth."""
+    check_json_text(text, what)
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8-sig")

@@ -324,6 +324,9 @@ class RunSnapshot(_Model):
     #: `read`): approval treats their calls as reads.
     read_tools: list[str] = Field(default_factory=list)
     review_done: bool = False
+    #: Whether the run enforces `engine.limits` on the texts people send it (runs recorded
+    #: before the limits existed replay without them).
+    limits: bool = False
     #: Whether a successful run ends with the post-run review (runs recorded before it existed
     #: replay without it).
     review_enabled: bool = False

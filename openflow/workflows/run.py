@@ -76,6 +76,7 @@ HISTORY_EVENTS_LIMIT = 10_000
 CARRY_EVENTS_BYTES = 256 * 1024
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 POST_RUN_REVIEW = "post-run-review"
+INPUT_LIMITS = "input-limits"
 
 
 class EngineFault(ApplicationError):
@@ -172,6 +173,7 @@ class OpenFlowRun:
                     now,
                     entrypoint_text=inp.entrypoint,
                     start_error=message,
+                    limits=workflow.patched(INPUT_LIMITS),
                 )
                 self._apply(plan, [])
                 return self._result()
@@ -191,6 +193,8 @@ class OpenFlowRun:
                 read_tools=prepared.read_tools,
                 # Runs recorded before the review existed must replay as they ran.
                 review=workflow.patched(POST_RUN_REVIEW),
+                # Runs recorded before the input limits existed must replay as they ran too.
+                limits=workflow.patched(INPUT_LIMITS),
             )
         else:
             self._profiles = inp.profiles or {}

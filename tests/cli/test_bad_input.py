@@ -57,6 +57,8 @@ async def test_commands_in_a_subprocess_fail_in_one_line(
         (server, ["runs", "show", "run-nope"], "no run 'run-nope'"),
         (server, ["run", str(tmp_path / "missing.workflow.json")], "no such file"),
         (server, ["runs"], "required"),
+        ({**nowhere, "OPENFLOW_TOOL_BUDGET": "-3"}, ["worker"], "OPENFLOW_TOOL_BUDGET='-3'"),
+        (nowhere, ["run", str(good), "--bogus"], "unrecognized arguments: --bogus"),
     ]
     results = await asyncio.gather(*(openflow(env, *args) for env, args, _ in cases))
     for (_, _, expected), result in zip(cases, results, strict=True):
@@ -99,6 +101,43 @@ async def test_unknown_run_is_one_line_for_every_action(
         (["dev", "--api-port", "-5"], "--api-port"),
         (["demo", "--ui-port", "99999"], "--ui-port"),
         (["nonsense"], "invalid choice"),
+        # ports and numbers
+        (["api", "--port", "eighty"], "invalid int value"),
+        (["api", "--port", "0"], "--port"),
+        (["api", "--port", "-1"], "--port"),
+        (["server", "--ui-port", "1.5"], "invalid int value"),
+        (["dev", "--ui-port", "65536"], "--ui-port"),
+        (["runs", "events", "run-x", "--after", "x"], "invalid int value"),
+        (["runs", "events", "run-x", "--after", str(2**64)], "--after"),
+        # hosts
+        (["api", "--host", "not a host!"], "--host 'not a host!'"),
+        (["api", "--host", ""], "--host is empty"),
+        (["api", "--host", "h" * 300], "--host"),
+        (["api", "--host", "192.0.2.1", "--port", "8123"], "cannot listen on '192.0.2.1'"),
+        (["dev", "--api-host", "nowhere.invalid"], "--api-host 'nowhere.invalid'"),
+        # paths
+        (["validate", "missing.workflow.json"], "no such file"),
+        (["validate", "."], "is a folder"),
+        (["validate", "/dev/zero"], "over the limit max_workflow_file_bytes"),
+        (["run", "{good}", "--project", "{good}"], "--project"),
+        (["run", "{good}", "--input-file", "missing.txt"], "--input-file missing.txt"),
+        (["run", "{good}", "--input-file", "."], "is a folder"),
+        # ids and texts
+        (["run", "{good}", "--run-id", "../escape"], "--run-id"),
+        (["run", "{good}", "--run-id", "x" * 200], "--run-id"),
+        (["runs", "show", ""], "ID is empty"),
+        (["runs", "show", "run\x07bell"], "ID is not an id"),
+        (["runs", "input", "run-x", " ", "hi"], "NODE is empty"),
+        (["runs", "approve", "run-x", "a" * 1001], "APPROVAL is not an id"),
+        (["runs", "input", "run-x", "ask", "x" * 70_000], "max_message_bytes"),
+        (["runs", "retry", "run-x", "ask", "--message", "x" * 70_000], "--message"),
+        (["runs", "deny", "run-x", "ap-1", "--reason", "x" * 70_000], "--reason"),
+        # unknown flags
+        (["--bogus"], "unrecognized option '--bogus'"),
+        (["-x", "validate", "f"], "unrecognized option '-x'"),
+        (["validate", "{good}", "--bogus"], "unrecognized arguments: --bogus"),
+        (["runs", "list", "--colour"], "unrecognized arguments: --colour"),
+        (["runs", "list", "--workflow", ""], "--workflow is empty"),
     ],
 )
 async def test_bad_arguments_are_one_line(
@@ -120,6 +159,53 @@ async def test_bad_arguments_are_one_line(
     argv = [a.replace("{good}", str(good)).replace("{broken}", str(broken)) for a in args]
     result = await in_process(capsys, *argv)
     assert_one_line_error(result, expected)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("OPENFLOW_TOOL_BUDGET", "lots", "OPENFLOW_TOOL_BUDGET='lots'"),
+        ("OPENFLOW_TOOL_BUDGET", "0", "from 1 to 1024"),
+        ("OPENFLOW_TOOL_BUDGET", "99999", "from 1 to 1024"),
+        ("OPENFLOW_WORKFLOW_SANDBOX", "maybe", "OPENFLOW_WORKFLOW_SANDBOX='maybe'"),
+        ("OPENFLOW_HOME", "{file}", "is a file, not a folder"),
+        ("OPENFLOW_TASK_QUEUE", "   ", "OPENFLOW_TASK_QUEUE"),
+        ("OPENFLOW_TASK_QUEUE", "queue\x01", "printable"),
+        ("OPENFLOW_UI_URL", "ftp://ui.example", "OPENFLOW_UI_URL: is not an http(s) URL"),
+        ("OPENFLOW_UI_URL", "http://ui.example:port", "port that is not a number"),
+        ("OPENFLOW_SCRIPT", "{missing}", "OPENFLOW_SCRIPT"),
+    ],
+)
+@pytest.mark.parametrize("command", [["validate", "{good}"], ["runs", "list"]])
+async def test_bad_environment_values_are_one_line_before_anything_runs(
+    variable: str,
+    value: str,
+    expected: str,
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    good = write_workflow(tmp_path, workflow("solo", node("solo")))
+    monkeypatch.setenv("OPENFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("OPENFLOW_TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv(
+        variable, value.replace("{file}", str(good)).replace("{missing}", str(tmp_path / "no"))
+    )
+    result = await in_process(capsys, *(arg.replace("{good}", str(good)) for arg in command))
+    assert_one_line_error(result, expected)
+
+
+async def test_an_empty_variable_counts_as_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write_workflow(tmp_path, workflow("solo", node("solo")))
+    monkeypatch.setenv("OPENFLOW_HOME", str(tmp_path))
+    for variable in ("OPENFLOW_TOOL_BUDGET", "OPENFLOW_UI_URL", "OPENFLOW_SCRIPT"):
+        monkeypatch.setenv(variable, "")
+    monkeypatch.setenv("OPENFLOW_WORKFLOW_SANDBOX", "on")
+    result = await in_process(capsys, "validate", str(good))
+    assert (result.code, result.stdout, result.stderr) == (0, "ok\n", "")
 
 
 async def test_rejected_action_on_a_live_run_is_one_line(

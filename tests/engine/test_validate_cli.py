@@ -34,6 +34,7 @@ BROKEN_FIXTURES: dict[str, tuple[ValidationCode, str]] = {
     "plan_mode_source_missing.json": ("PlanModeSourceMissing", "'freeze'"),
     "plan_mode_source_not_interactive.json": ("PlanModeSourceNotInteractive", "node 'freeze'"),
     "cycle.json": ("Cycle", "'a' -> 'b' -> 'c' -> 'a'"),
+    "schema_over_limit.json": ("LimitExceeded", "node 'plan': output_schema nests 81 levels"),
 }
 
 

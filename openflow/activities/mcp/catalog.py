@@ -27,6 +27,7 @@ from openflow.activities.mcp.connection import (
 )
 from openflow.activities.mcp.errors import McpConfigError
 from openflow.activities.mcp.naming import tool_name
+from openflow.engine.limits import schema_limit_problem
 from openflow.engine.request import ToolSpec
 
 MAX_CONCURRENT_SETUPS = 4
@@ -154,6 +155,12 @@ async def discover_tools(
                     f"ignored MCP tool {tool.name!r} of server {server_id!r}: its name {name!r} "
                     f"is longer than the {MAX_NAME_LENGTH} characters providers accept; "
                     "give the server a shorter id"
+                )
+                continue
+            over = schema_limit_problem(tool.input_schema, "its input schema")
+            if over is not None:
+                warnings.append(
+                    f"ignored MCP tool {tool.name!r} of server {server_id!r}: {over[1]}"
                 )
                 continue
             taken.add(name)

@@ -9,6 +9,7 @@ from typing import Any
 
 from openflow.activities.providers.errors import ProviderError
 from openflow.engine.harness import cache_key_for, offered_tools
+from openflow.engine.limits import MAX_JSON_DEPTH, text_depth
 from openflow.engine.request import AgentRequest, RawToolCall, ToolSpec
 from openflow.engine.transcript import (
     AssistantItem,
@@ -156,6 +157,8 @@ def parse_arguments(raw: str) -> dict[str, Any] | None:
     """Tool call arguments as an object, or None when the text is not a JSON object."""
     if not raw.strip():
         return {}
+    if text_depth(raw) > MAX_JSON_DEPTH.value:
+        return None  # deeper than anything a tool takes, and than history can carry
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:

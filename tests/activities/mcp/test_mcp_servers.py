@@ -401,3 +401,34 @@ async def test_prepare_run_freezes_the_catalog_and_batches_use_it(
     refused, changed = batch.results
     assert refused.is_error and "not today" in refused.content
     assert changed.is_error and "changed since this run started" in changed.content
+
+
+async def test_a_tool_whose_input_schema_is_over_the_limits_is_left_out(
+    rig: Rig, http_mcp: HttpMcp
+) -> None:
+    def deep(value: str) -> str:
+        return value
+
+    def wide(value: str) -> str:
+        return value
+
+    http_mcp.server.add_tool(deep, name="deep", description="A deeply nested schema.")
+    http_mcp.server.add_tool(wide, name="wide", description="A very large schema.")
+    nested: dict[str, Any] = {"type": "string"}
+    for _ in range(40):  # 81 levels: deeper than the limit, not than the MCP client can read
+        nested = {"type": "object", "properties": {"value": nested}}
+    tools = http_mcp.server._tool_manager  # the test server's own registry
+    tools.get_tool("deep").parameters = nested  # type: ignore[union-attr]
+    tools.get_tool("wide").parameters = {  # type: ignore[union-attr]
+        "type": "object",
+        "description": "x" * 200_000,
+    }
+
+    found = await rig.discover({"web": http_mcp.config()})
+
+    assert [t.spec.name for t in found.tools] == [LOOKUP, REFUSE]
+    assert len(found.warnings) == 2
+    deep_warning, wide_warning = found.warnings
+    assert deep_warning.startswith("ignored MCP tool 'deep' of server 'web': its input schema")
+    assert "over the limit max_schema_depth (64 levels)" in deep_warning
+    assert "over the limit max_schema_bytes" in wide_warning

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from openflow.activities.providers.common import parse_arguments
 from openflow.settings import (
     BUILTIN_PROFILES,
     ProviderProfile,
@@ -147,3 +148,14 @@ def test_invalid_field_names_the_field(tmp_path: Path) -> None:
 def test_openflow_home_defaults_to_dot_openflow(tmp_path: Path) -> None:
     assert openflow_home({"OPENFLOW_HOME": str(tmp_path)}) == tmp_path
     assert openflow_home({}) == Path.home() / ".openflow"
+
+
+def test_settings_json_nested_past_the_limit_is_a_settings_error(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text('{"providers": ' + "[" * 10_000 + "]" * 10_000 + "}")
+    with pytest.raises(SettingsError, match="over the limit max_json_depth"):
+        load_settings(tmp_path)
+
+
+def test_tool_call_arguments_nested_past_the_limit_are_malformed() -> None:
+    assert parse_arguments('{"a": ' + "[" * 129 + "]" * 129 + "}") is None
+    assert parse_arguments('{"a": ' + "[" * 126 + "]" * 126 + "}") is not None

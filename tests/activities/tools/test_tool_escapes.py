@@ -67,7 +67,10 @@ ESCAPES: list[tuple[str, dict[str, Any]]] = [
     ("write", {"path": "chain/new.txt", "content": "x"}),
     ("edit", {"path": "link-file", "edits": [{"old_text": "top", "new_text": "no"}]}),
     ("edit", {"path": "../outside/secret.txt", "edits": [{"old_text": "top", "new_text": "no"}]}),
-    ("apply_patch", {"input": "*** Begin Patch\n*** Add File: ../outside/p.txt\n+x\n*** End Patch"}),
+    (
+        "apply_patch",
+        {"input": "*** Begin Patch\n*** Add File: ../outside/p.txt\n+x\n*** End Patch"},
+    ),
     ("apply_patch", {"input": "*** Begin Patch\n*** Delete File: link-file\n*** End Patch"}),
     (
         "apply_patch",

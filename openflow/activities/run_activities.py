@@ -130,12 +130,23 @@ class RunActivities:
         self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare_run, self.model_turn, self.tool_batch, self.write_handoff]
+        return [
+            self.prepare_run,
+            self.model_turn,
+            self.tool_batch,
+            self.write_handoff,
+            self.read_receipt,
+        ]
 
     # --- prepare ------------------------------------------------------------------------
 
     @activity.defn(name=c.ACTIVITY_PREPARE)
     async def prepare_run(self, inp: c.PrepareInput) -> c.PrepareResult:
+        # Heartbeating throughout (MCP servers may take seconds to start): a worker killed
+        # here is replaced within seconds.
+        return await heartbeating(self._prepare(inp))
+
+    async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
         settings = load_settings(self.home)
         wf = inp.workflow.model_copy(deep=True)
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
@@ -173,8 +184,12 @@ class RunActivities:
                 agent.model = prof.default_model
         execution_dir = inp.project_dir or str(self.home / "runs" / inp.run_id / "workspace")
         Path(execution_dir).mkdir(parents=True, exist_ok=True)
-        self.store.put_bytes(
-            inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
+        # Off the event loop, so the heartbeat goes on while a remote store answers.
+        await asyncio.to_thread(
+            self.store.put_bytes,
+            inp.run_id,
+            PROFILES_KEY,
+            json.dumps(profiles, sort_keys=True).encode(),
         )
         builtin = self._tool_specs_by_name()
         catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
@@ -201,9 +216,14 @@ class RunActivities:
                 for s in self.tools.specs("planning", plan_source=True)
                 if s.name == SEAL_TOOL
             ]
-        self.store.put_bytes(inp.run_id, "catalog.json", json.dumps(catalog).encode())
-        self.store.put_bytes(
-            inp.run_id, RUN_KEY, json.dumps({"execution_dir": execution_dir}).encode()
+        await asyncio.to_thread(
+            self.store.put_bytes, inp.run_id, "catalog.json", json.dumps(catalog).encode()
+        )
+        await asyncio.to_thread(
+            self.store.put_bytes,
+            inp.run_id,
+            RUN_KEY,
+            json.dumps({"execution_dir": execution_dir}).encode(),
         )
         return c.PrepareResult(
             workflow=wf,
@@ -318,6 +338,9 @@ class RunActivities:
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
+        return await heartbeating(self._model_turn(inp))
+
+    async def _model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
         if not inp.run_id or not inp.node_id:
             inp = inp.model_copy(
                 update={
@@ -365,7 +388,7 @@ class RunActivities:
 
         try:
             provider = self._run_provider(inp)
-            reply = await heartbeating(provider.complete(request, transcript, tools, on_delta))
+            reply = await provider.complete(request, transcript, tools, on_delta)
         except ProviderError as exc:
             return c.ModelTurnResult(failure=exc.failure, persisted_len=persisted)
         finally:
@@ -558,21 +581,45 @@ class RunActivities:
     async def tool_batch(self, inp: c.ToolBatchInput) -> c.ToolBatchResult:
         if not inp.run_id:
             inp = inp.model_copy(update={"run_id": activity.info().workflow_id})
-        return await self._run_tools(inp)
+        return await heartbeating(self._run_tools(inp))
 
     async def _run_tools(self, inp: c.ToolBatchInput) -> c.ToolBatchResult:
-        """Run one batch, store its full results and return what history keeps."""
+        """Run one batch, store its full results and return what history keeps.
+
+        A side-effecting batch then stores its receipt, what it is about to report, so a run
+        whose completion gets lost (a server restart, a network cut, this worker killed now)
+        settles it with these results instead of as outcome unknown (`read_receipt`).
+        """
         result, full = await self._execute_tools(inp)
         # Synced: this is the only full copy of the tools' output (history keeps previews).
         await asyncio.to_thread(
             self.store.put_bytes, inp.run_id, c.batch_key(inp.batch_id), _ITEMS.dump_json(full)
         )
+        if inp.side_effects:
+            await asyncio.to_thread(
+                self.store.put_bytes,
+                inp.run_id,
+                c.receipt_key(inp.batch_id),
+                result.model_dump_json().encode(),
+            )
         return result
+
+    @activity.defn(name=c.ACTIVITY_RECEIPT)
+    async def read_receipt(self, inp: c.ReceiptInput) -> c.ReceiptResult:
+        """The receipt a lost batch left, if any; reads only."""
+        run_id = inp.run_id or activity.info().workflow_id
+        try:
+            data = await heartbeating(
+                asyncio.to_thread(self.store.get_bytes, run_id, c.receipt_key(inp.batch_id))
+            )
+        except FileNotFoundError:
+            return c.ReceiptResult()
+        return c.ReceiptResult(result=c.ToolBatchResult.model_validate_json(data))
 
     async def _execute_tools(
         self, inp: c.ToolBatchInput
     ) -> tuple[c.ToolBatchResult, list[TranscriptItem]]:
-        """Run one batch (heartbeating): its result for history and its full result items."""
+        """Run one batch: its result for history and its full result items."""
         if not inp.execution_dir:
             run = self._run_file(inp.run_id, RUN_KEY)
             folder = run.get("execution_dir") if isinstance(run, dict) else None
@@ -583,7 +630,7 @@ class RunActivities:
             )
         from openflow.activities.tools_runner import run_batch
 
-        outcome = await heartbeating(run_batch(self, inp))
+        outcome = await run_batch(self, inp)
         full: list[TranscriptItem] = [ToolResultItem(result=r) for r in outcome.results]
         result = c.ToolBatchResult(
             results=[
@@ -637,6 +684,9 @@ class RunActivities:
 
     @activity.defn(name=c.ACTIVITY_HANDOFF)
     async def write_handoff(self, inp: c.HandoffInput) -> c.HandoffResult:
+        return await heartbeating(self._write_handoff(inp))
+
+    async def _write_handoff(self, inp: c.HandoffInput) -> c.HandoffResult:
         segment = handoff_segment(inp.node_id)
         if inp.format == "markdown":
             markdown = inp.output.get("markdown") if isinstance(inp.output, dict) else None

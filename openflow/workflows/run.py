@@ -45,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
         ModelFailed,
         ModelReplied,
         Plan,
+        ReadReceipt,
+        ReceiptRead,
         RetryRequested,
         RunSnapshot,
         RunTools,
@@ -52,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         TimerFired,
         ToolResultSummary,
         ToolsFinished,
+        ToolsLost,
         ToolsOutcomeUnknown,
         WriteHandoff,
     )
@@ -68,6 +71,8 @@ HISTORY_EVENTS_LIMIT = 10_000
 CARRY_EVENTS_BYTES = 256 * 1024
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 POST_RUN_REVIEW = "post-run-review"
+TOOL_RECEIPTS = "tool-receipts"
+RECEIPT_TIMEOUT = timedelta(seconds=30)
 
 
 class EngineFault(ApplicationError):
@@ -150,6 +155,7 @@ class OpenFlowRun:
                     ),
                     result_type=c.PrepareResult,
                     start_to_close_timeout=timedelta(minutes=2),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     retry_policy=RetryPolicy(maximum_attempts=3),
                     summary="prepare run",
                 )
@@ -291,6 +297,9 @@ class OpenFlowRun:
                 self._spawn(intent.batch_id, self._tool_batch(intent))
         elif isinstance(intent, WriteHandoff):
             self._spawn(f"handoff:{intent.node_id}", self._handoff(intent))
+        elif isinstance(intent, ReadReceipt):
+            # Under the batch's id, so a stop that cancels the batch cancels its lookup.
+            self._spawn(intent.batch_id, self._read_receipt(intent))
         elif isinstance(intent, SleepUntil):
             key = f"timer:{intent.node_id}"
             old = self._timers.pop(key, None)
@@ -346,7 +355,13 @@ class OpenFlowRun:
     def _spawn(self, work_id: str, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         self._tasks[work_id] = task
-        task.add_done_callback(lambda _t, key=work_id: self._tasks.pop(key, None))
+
+        def done(finished: asyncio.Task[None], key: str = work_id) -> None:
+            # A lost batch's receipt lookup may already run under the same id.
+            if self._tasks.get(key) is finished:
+                self._tasks.pop(key)
+
+        task.add_done_callback(done)
 
     async def _sleep(self, intent: SleepUntil) -> None:
         delay = max(intent.wake_at_ms - self._now(), 0)
@@ -480,9 +495,12 @@ class OpenFlowRun:
             )
         except ActivityError as exc:
             if intent.side_effects:
-                self._facts.append(
-                    ToolsOutcomeUnknown(batch_id=intent.batch_id, reason=str(exc.cause or exc))
-                )
+                reason = str(exc.cause or exc)
+                # Runs recorded before receipts settled such a batch as unknown at once.
+                if workflow.patched(TOOL_RECEIPTS):
+                    self._facts.append(ToolsLost(batch_id=intent.batch_id, reason=reason))
+                else:
+                    self._facts.append(ToolsOutcomeUnknown(batch_id=intent.batch_id, reason=reason))
             else:
                 self._facts.append(
                     ToolsFinished(
@@ -504,6 +522,32 @@ class OpenFlowRun:
             return
         self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls))
 
+    async def _read_receipt(self, intent: ReadReceipt) -> None:
+        assert self._snapshot is not None
+        batch = self._snapshot.batches.get(intent.batch_id)
+        calls = tuple(batch.calls) if batch is not None else ()
+        try:
+            found = await workflow.execute_activity(
+                c.ACTIVITY_RECEIPT,
+                c.ReceiptInput(batch_id=intent.batch_id),
+                result_type=c.ReceiptResult,
+                start_to_close_timeout=RECEIPT_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                summary=f"receipt · {intent.node_id}",
+            )
+        except ActivityError as exc:
+            reason = f"its receipt could not be read: {exc.cause or exc}"
+            self._facts.append(ReceiptRead(batch_id=intent.batch_id, reason=reason))
+            return
+        except asyncio.CancelledError:
+            return
+        if found.result is None:
+            self._facts.append(ReceiptRead(batch_id=intent.batch_id, reason="it left no receipt"))
+            return
+        finished = self._tools_finished(intent.batch_id, found.result, calls)
+        self._facts.append(ReceiptRead(batch_id=intent.batch_id, finished=finished))
+
     async def _handoff(self, intent: WriteHandoff) -> None:
         assert self._snapshot is not None
         try:
@@ -517,6 +561,7 @@ class OpenFlowRun:
                 ),
                 result_type=c.HandoffResult,
                 start_to_close_timeout=timedelta(minutes=1),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=5),
                 summary=f"handoff · {intent.node_id}",
             )
@@ -571,7 +616,8 @@ class OpenFlowRun:
                 pending_intents=pending,
                 headers_sent=sorted(self._headers_sent),
                 execution_dir=self._execution_dir,
-            )
+            ),
+            task_timeout=c.WORKFLOW_TASK_TIMEOUT,
         )
 
     def _result(self) -> c.RunResult:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import importlib.metadata
 import os
+import sys
+import threading
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +23,7 @@ from openflow.activities.run_activities import RunActivities
 from openflow.activities.store import FileRunStore, RunStore
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
+from openflow.settings import load_settings
 from openflow.workflows.run import EngineFault, OpenFlowRun
 
 #: Bugs in engine or workflow code fail the run visibly instead of retrying its task forever.
@@ -112,6 +116,22 @@ def _freeze_loaded() -> None:
         gc.freeze()
 
 
+def _warm_up_mcp(home: Path) -> None:
+    """Import the MCP SDK in the background when settings.json configures servers: it takes
+    seconds on a busy machine, which a run taken over from a killed worker should not wait."""
+    try:
+        configured = bool(load_settings(home).mcp)
+    except Exception:  # a broken settings.json is reported when a run starts
+        return
+    if configured and "openflow.activities.mcp" not in sys.modules:
+        threading.Thread(
+            target=importlib.import_module,
+            args=("openflow.activities.mcp",),
+            name="openflow-mcp-import",
+            daemon=True,
+        ).start()
+
+
 def build_worker(
     client: Client,
     task_queue: str,
@@ -123,6 +143,7 @@ def build_worker(
     """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds."""
     acts = activities or make_activities(home)
     _freeze_loaded()
+    _warm_up_mcp(home)
     return Worker(
         client,
         task_queue=task_queue,

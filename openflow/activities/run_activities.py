@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -47,6 +48,7 @@ HEARTBEAT_EVERY_S = 0.5
 HANDOFF_LIMIT = 1024 * 1024
 PROFILES_KEY = "profiles.json"
 RUN_KEY = "run.json"
+MCP_PACKAGE = "openflow.activities.mcp"
 T = TypeVar("T")
 _CACHE_LOCK = threading.Lock()
 
@@ -147,6 +149,59 @@ class RunActivities:
         return await heartbeating(self._prepare(inp))
 
     async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
+        # Off the event loop (settings, provider SDK imports, the store), so the heartbeat
+        # goes on however long they take on a loaded machine.
+        settings, wf, profiles, execution_dir = await asyncio.to_thread(self._settle, inp)
+        builtin = self._tool_specs_by_name()
+        catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
+        warnings: list[str] = []
+        read_tools: list[str] = []
+        if settings.mcp:
+            # Importing the MCP SDK takes seconds on a busy machine: never on the event loop.
+            mcp_package = await asyncio.to_thread(importlib.import_module, MCP_PACKAGE)
+            mcp = await mcp_package.discover_tools(
+                settings.mcp,
+                reserved=[*builtin, *HARNESS_TOOLS, SEAL_TOOL],
+                cwd=Path(execution_dir),
+                run_dir=self.store.run_dir(inp.run_id),
+            )
+            catalog += [tool.catalog_entry() for tool in mcp.tools]
+            read_tools = sorted(t.spec.name for t in mcp.tools if t.spec.tier == "read")
+            warnings = mcp.warnings
+        tool_names = sorted(entry["name"] for entry in catalog)
+        if self.tools is not None:
+            # The seal tool is offered only to a plan source while planning; the engine adds
+            # it to that node's request, so its spec is in the catalog but not in tool_names.
+            catalog += [
+                s.model_dump(mode="json")
+                for s in self.tools.specs("planning", plan_source=True)
+                if s.name == SEAL_TOOL
+            ]
+        await asyncio.to_thread(
+            self.store.put_bytes, inp.run_id, "catalog.json", json.dumps(catalog).encode()
+        )
+        await asyncio.to_thread(
+            self.store.put_bytes,
+            inp.run_id,
+            RUN_KEY,
+            json.dumps({"execution_dir": execution_dir}).encode(),
+        )
+        return c.PrepareResult(
+            workflow=wf,
+            profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
+            active_provider=wf.settings.provider_id or "",
+            tool_names=tool_names,
+            execution_dir=execution_dir,
+            warnings=warnings,
+            agents=self._callable_agents(wf),
+            read_tools=read_tools,
+        )
+
+    def _settle(
+        self, inp: c.PrepareInput
+    ) -> tuple[AppSettings, Workflow, dict[str, dict[str, Any]], str]:
+        """The run's settings, its workflow with providers and models filled in, the profiles
+        it keeps (stored, keys left out) and its execution folder (created)."""
         settings = load_settings(self.home)
         wf = inp.workflow.model_copy(deep=True)
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
@@ -184,57 +239,10 @@ class RunActivities:
                 agent.model = prof.default_model
         execution_dir = inp.project_dir or str(self.home / "runs" / inp.run_id / "workspace")
         Path(execution_dir).mkdir(parents=True, exist_ok=True)
-        # Off the event loop, so the heartbeat goes on while a remote store answers.
-        await asyncio.to_thread(
-            self.store.put_bytes,
-            inp.run_id,
-            PROFILES_KEY,
-            json.dumps(profiles, sort_keys=True).encode(),
+        self.store.put_bytes(
+            inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
         )
-        builtin = self._tool_specs_by_name()
-        catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
-        warnings: list[str] = []
-        read_tools: list[str] = []
-        if settings.mcp:
-            from openflow.activities.mcp import discover_tools
-
-            mcp = await discover_tools(
-                settings.mcp,
-                reserved=[*builtin, *HARNESS_TOOLS, SEAL_TOOL],
-                cwd=Path(execution_dir),
-                run_dir=self.store.run_dir(inp.run_id),
-            )
-            catalog += [tool.catalog_entry() for tool in mcp.tools]
-            read_tools = sorted(t.spec.name for t in mcp.tools if t.spec.tier == "read")
-            warnings = mcp.warnings
-        tool_names = sorted(entry["name"] for entry in catalog)
-        if self.tools is not None:
-            # The seal tool is offered only to a plan source while planning; the engine adds
-            # it to that node's request, so its spec is in the catalog but not in tool_names.
-            catalog += [
-                s.model_dump(mode="json")
-                for s in self.tools.specs("planning", plan_source=True)
-                if s.name == SEAL_TOOL
-            ]
-        await asyncio.to_thread(
-            self.store.put_bytes, inp.run_id, "catalog.json", json.dumps(catalog).encode()
-        )
-        await asyncio.to_thread(
-            self.store.put_bytes,
-            inp.run_id,
-            RUN_KEY,
-            json.dumps({"execution_dir": execution_dir}).encode(),
-        )
-        return c.PrepareResult(
-            workflow=wf,
-            profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
-            active_provider=default,
-            tool_names=tool_names,
-            execution_dir=execution_dir,
-            warnings=warnings,
-            agents=self._callable_agents(wf),
-            read_tools=read_tools,
-        )
+        return settings, wf, profiles, execution_dir
 
     def _callable_agents(self, wf: Workflow) -> list[CallableAgent]:
         """The saved agents the workflow's nodes may call, read from agents.json (spec 6)."""

@@ -156,7 +156,10 @@ class OpenFlowRun:
                     result_type=c.PrepareResult,
                     start_to_close_timeout=timedelta(minutes=2),
                     heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                    retry_policy=RetryPolicy(maximum_attempts=3),
+                    # Safe to run again: a worker lost here is replaced after half a second.
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(milliseconds=500), maximum_attempts=5
+                    ),
                     summary="prepare run",
                 )
             except ActivityError as exc:

@@ -1,4 +1,7 @@
-"""An MCP stdio server that hangs at its first start (it records its pid) and serves at later ones."""
+"""An MCP stdio server that hangs at its first start (it records its pid) and serves at later ones.
+
+The pid files are written before the MCP SDK is imported, so they mark when the process began.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,14 @@ import os
 import time
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
-
 first = Path(os.environ["SLOW_MCP_FIRST"])
 if not first.exists():
     first.write_text(str(os.getpid()))
     time.sleep(120)
 Path(os.environ["SLOW_MCP_LATER"]).write_text(str(os.getpid()))
+
+from mcp.server.mcpserver import MCPServer  # noqa: E402 - after the pid file, on purpose
+
 server = MCPServer("slow")
 
 

@@ -67,7 +67,12 @@ AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 MODEL_TIMEOUT = timedelta(minutes=30)
 TOOL_TIMEOUT = timedelta(hours=2)
 HEARTBEAT_TIMEOUT = timedelta(seconds=2)
-HISTORY_EVENTS_LIMIT = 10_000
+#: An execution continues as new past this many events, so a worker that takes a run over
+#: (and replays its history from the start) does so well inside the workflow task timeout.
+HISTORY_EVENTS_LIMIT = 2_000
+#: The limit of executions that started before it was lowered (they replay as they ran).
+OLD_HISTORY_EVENTS_LIMIT = 10_000
+SHORT_EXECUTIONS = "short-executions"
 CARRY_EVENTS_BYTES = 256 * 1024
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 POST_RUN_REVIEW = "post-run-review"
@@ -118,12 +123,16 @@ class OpenFlowRun:
         self._deferred: list[Intent] | None = None
         # Tool results a model turn brought back with its reply, by node, for this step only.
         self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult, int]] = {}
+        self._events_limit = OLD_HISTORY_EVENTS_LIMIT
 
     # --- the run ------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: c.RunInput) -> c.RunResult:
         self._input = inp
+        self._events_limit = (
+            HISTORY_EVENTS_LIMIT if workflow.patched(SHORT_EXECUTIONS) else OLD_HISTORY_EVENTS_LIMIT
+        )
         self._events = [_EVENT.validate_python(data) for data in inp.events]
         self._first_seq = self._events[0].seq if self._events else inp.first_seq
         self._previous_run_id = inp.previous_run_id
@@ -596,7 +605,7 @@ class OpenFlowRun:
         info = workflow.info()
         return (
             info.is_continue_as_new_suggested()
-            or info.get_current_history_length() > HISTORY_EVENTS_LIMIT
+            or info.get_current_history_length() > self._events_limit
         )
 
     def _continue_as_new(self, pending: list[Intent]) -> None:

@@ -151,6 +151,7 @@ class Runs:
                 if entrypoint
                 else workflow.name,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                task_timeout=c.WORKFLOW_TASK_TIMEOUT,
             )
         except WorkflowAlreadyStartedError as exc:
             raise RunConflict(f"a run with id {run_id!r} already exists") from exc
@@ -298,6 +299,7 @@ class Runs:
             task_queue=self.task_queue,
             search_attributes=attrs,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            task_timeout=c.WORKFLOW_TASK_TIMEOUT,
         )
         return run_id
 

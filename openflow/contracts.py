@@ -6,6 +6,7 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -27,6 +28,13 @@ ACTIVITY_PREPARE = "prepare_run"
 ACTIVITY_MODEL_TURN = "model_turn"
 ACTIVITY_TOOL_BATCH = "tool_batch"
 ACTIVITY_HANDOFF = "write_handoff"
+ACTIVITY_RECEIPT = "read_receipt"
+#: How long a workflow task may take before another worker gets it, set when a run starts,
+#: resumes or continues as new. Temporal's default, 10 s, is what a worker killed mid-task
+#: used to cost. It must hold a full replay of an execution's history on a loaded worker
+#: (about 2 s at 2,000 events on 2 busy cores, where executions continue as new); see README
+#: "Recovery".
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 
 SIGNAL_INPUT = "submit_user_input"
 SIGNAL_APPROVAL = "submit_tool_approval"
@@ -176,6 +184,24 @@ def batch_key(batch_id: str) -> str:
     return f"batches/{_segment(batch_id)}.json"
 
 
+def receipt_key(batch_id: str) -> str:
+    """Where a side-effecting batch records what it reported, after its full results."""
+    return f"receipts/{_segment(batch_id)}.json"
+
+
+class ReceiptInput(_Model):
+    """Which lost batch to look up; the run id is the workflow's when empty."""
+
+    batch_id: str
+    run_id: str = ""
+
+
+class ReceiptResult(OmitDefaults, _Model):
+    """The result a lost batch recorded in its receipt, or None when it left none."""
+
+    result: ToolBatchResult | None = None
+
+
 class ModelTurnResult(OmitDefaults, _Model):
     """A model call's outcome. Its reply's items, then the full results of the reads it ran
     (`tools`), are the transcript's lines from `persisted_len` on (`reply_key` is set only in
@@ -223,6 +249,11 @@ __all__ = [
     "transcript_key",
     "ToolResultWire",
     "batch_key",
+    "receipt_key",
+    "ACTIVITY_RECEIPT",
+    "WORKFLOW_TASK_TIMEOUT",
+    "ReceiptInput",
+    "ReceiptResult",
     "ACTIVITY_HANDOFF",
     "ACTIVITY_MODEL_TURN",
     "ACTIVITY_PREPARE",

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import importlib.metadata
 import os
+import sys
+import threading
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +23,7 @@ from openflow.activities.store import FileRunStore, RunStore
 from openflow.activities.tools.confine import announce as announce_confinement
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
-from openflow.settings import SettingsError, parse_switch
+from openflow.settings import SettingsError, load_settings, parse_switch
 from openflow.workflows.run import EngineFault, OpenFlowRun
 
 #: Bugs in engine or workflow code fail the run visibly instead of retrying its task forever.
@@ -117,6 +120,22 @@ def _freeze_loaded() -> None:
         gc.freeze()
 
 
+def _warm_up_mcp(home: Path) -> None:
+    """Import the MCP SDK in the background when settings.json configures servers: it takes
+    seconds on a busy machine, which a run taken over from a killed worker should not wait."""
+    try:
+        configured = bool(load_settings(home).mcp)
+    except Exception:  # a broken settings.json is reported when a run starts
+        return
+    if configured and "openflow.activities.mcp" not in sys.modules:
+        threading.Thread(
+            target=importlib.import_module,
+            args=("openflow.activities.mcp",),
+            name="openflow-mcp-import",
+            daemon=True,
+        ).start()
+
+
 def build_worker(
     client: Client,
     task_queue: str,
@@ -129,6 +148,7 @@ def build_worker(
     acts = activities or make_activities(home)
     announce_confinement()
     _freeze_loaded()
+    _warm_up_mcp(home)
     return Worker(
         client,
         task_queue=task_queue,

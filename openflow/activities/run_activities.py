@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -54,6 +55,7 @@ HEARTBEAT_EVERY_S = 0.5
 HANDOFF_LIMIT = 1024 * 1024
 PROFILES_KEY = "profiles.json"
 RUN_KEY = "run.json"
+MCP_PACKAGE = "openflow.activities.mcp"
 T = TypeVar("T")
 _CACHE_LOCK = threading.Lock()
 
@@ -145,12 +147,76 @@ class RunActivities:
         self._budget = asyncio.Semaphore(_tool_budget(self.env))
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare_run, self.model_turn, self.tool_batch, self.write_handoff]
+        return [
+            self.prepare_run,
+            self.model_turn,
+            self.tool_batch,
+            self.write_handoff,
+            self.read_receipt,
+        ]
 
     # --- prepare ------------------------------------------------------------------------
 
     @activity.defn(name=c.ACTIVITY_PREPARE)
     async def prepare_run(self, inp: c.PrepareInput) -> c.PrepareResult:
+        # Heartbeating throughout (MCP servers may take seconds to start): a worker killed
+        # here is replaced within seconds.
+        return await heartbeating(self._prepare(inp))
+
+    async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
+        # Off the event loop (settings, provider SDK imports, the store), so the heartbeat
+        # goes on however long they take on a loaded machine.
+        settings, wf, profiles, execution_dir = await asyncio.to_thread(self._settle, inp)
+        builtin = self._tool_specs_by_name()
+        catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
+        warnings: list[str] = []
+        read_tools: list[str] = []
+        if settings.mcp:
+            # Importing the MCP SDK takes seconds on a busy machine: never on the event loop.
+            mcp_package = await asyncio.to_thread(importlib.import_module, MCP_PACKAGE)
+            mcp = await mcp_package.discover_tools(
+                settings.mcp,
+                reserved=[*builtin, *HARNESS_TOOLS, SEAL_TOOL],
+                cwd=Path(execution_dir),
+                run_dir=self.store.run_dir(inp.run_id),
+            )
+            catalog += [tool.catalog_entry() for tool in mcp.tools]
+            read_tools = sorted(t.spec.name for t in mcp.tools if t.spec.tier == "read")
+            warnings = mcp.warnings
+        tool_names = sorted(entry["name"] for entry in catalog)
+        if self.tools is not None:
+            # The seal tool is offered only to a plan source while planning; the engine adds
+            # it to that node's request, so its spec is in the catalog but not in tool_names.
+            catalog += [
+                s.model_dump(mode="json")
+                for s in self.tools.specs("planning", plan_source=True)
+                if s.name == SEAL_TOOL
+            ]
+        await asyncio.to_thread(
+            self.store.put_bytes, inp.run_id, "catalog.json", json.dumps(catalog).encode()
+        )
+        await asyncio.to_thread(
+            self.store.put_bytes,
+            inp.run_id,
+            RUN_KEY,
+            json.dumps({"execution_dir": execution_dir}).encode(),
+        )
+        return c.PrepareResult(
+            workflow=wf,
+            profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
+            active_provider=wf.settings.provider_id or "",
+            tool_names=tool_names,
+            execution_dir=execution_dir,
+            warnings=warnings,
+            agents=self._callable_agents(wf),
+            read_tools=read_tools,
+        )
+
+    def _settle(
+        self, inp: c.PrepareInput
+    ) -> tuple[AppSettings, Workflow, dict[str, dict[str, Any]], str]:
+        """The run's settings, its workflow with providers and models filled in, the profiles
+        it keeps (stored, keys left out) and its execution folder (created)."""
         settings = load_settings(self.home)
         wf = inp.workflow.model_copy(deep=True)
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
@@ -191,45 +257,7 @@ class RunActivities:
         self.store.put_bytes(
             inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
         )
-        builtin = self._tool_specs_by_name()
-        catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
-        warnings: list[str] = []
-        read_tools: list[str] = []
-        if settings.mcp:
-            from openflow.activities.mcp import discover_tools
-
-            mcp = await discover_tools(
-                settings.mcp,
-                reserved=[*builtin, *HARNESS_TOOLS, SEAL_TOOL],
-                cwd=Path(execution_dir),
-                run_dir=self.store.run_dir(inp.run_id),
-            )
-            catalog += [tool.catalog_entry() for tool in mcp.tools]
-            read_tools = sorted(t.spec.name for t in mcp.tools if t.spec.tier == "read")
-            warnings = mcp.warnings
-        tool_names = sorted(entry["name"] for entry in catalog)
-        if self.tools is not None:
-            # The seal tool is offered only to a plan source while planning; the engine adds
-            # it to that node's request, so its spec is in the catalog but not in tool_names.
-            catalog += [
-                s.model_dump(mode="json")
-                for s in self.tools.specs("planning", plan_source=True)
-                if s.name == SEAL_TOOL
-            ]
-        self.store.put_bytes(inp.run_id, "catalog.json", json.dumps(catalog).encode())
-        self.store.put_bytes(
-            inp.run_id, RUN_KEY, json.dumps({"execution_dir": execution_dir}).encode()
-        )
-        return c.PrepareResult(
-            workflow=wf,
-            profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
-            active_provider=default,
-            tool_names=tool_names,
-            execution_dir=execution_dir,
-            warnings=warnings,
-            agents=self._callable_agents(wf),
-            read_tools=read_tools,
-        )
+        return settings, wf, profiles, execution_dir
 
     def _callable_agents(self, wf: Workflow) -> list[CallableAgent]:
         """The saved agents the workflow's nodes may call, read from agents.json (spec 6)."""
@@ -338,6 +366,9 @@ class RunActivities:
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
+        return await heartbeating(self._model_turn(inp))
+
+    async def _model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
         if not inp.run_id or not inp.node_id:
             inp = inp.model_copy(
                 update={
@@ -385,7 +416,7 @@ class RunActivities:
 
         try:
             provider = self._run_provider(inp)
-            reply = await heartbeating(provider.complete(request, transcript, tools, on_delta))
+            reply = await provider.complete(request, transcript, tools, on_delta)
         except ProviderError as exc:
             return c.ModelTurnResult(failure=exc.failure, persisted_len=persisted)
         finally:
@@ -578,21 +609,45 @@ class RunActivities:
     async def tool_batch(self, inp: c.ToolBatchInput) -> c.ToolBatchResult:
         if not inp.run_id:
             inp = inp.model_copy(update={"run_id": activity.info().workflow_id})
-        return await self._run_tools(inp)
+        return await heartbeating(self._run_tools(inp))
 
     async def _run_tools(self, inp: c.ToolBatchInput) -> c.ToolBatchResult:
-        """Run one batch, store its full results and return what history keeps."""
+        """Run one batch, store its full results and return what history keeps.
+
+        A side-effecting batch then stores its receipt, what it is about to report, so a run
+        whose completion gets lost (a server restart, a network cut, this worker killed now)
+        settles it with these results instead of as outcome unknown (`read_receipt`).
+        """
         result, full = await self._execute_tools(inp)
         # Synced: this is the only full copy of the tools' output (history keeps previews).
         await asyncio.to_thread(
             self.store.put_bytes, inp.run_id, c.batch_key(inp.batch_id), _ITEMS.dump_json(full)
         )
+        if inp.side_effects:
+            await asyncio.to_thread(
+                self.store.put_bytes,
+                inp.run_id,
+                c.receipt_key(inp.batch_id),
+                result.model_dump_json().encode(),
+            )
         return result
+
+    @activity.defn(name=c.ACTIVITY_RECEIPT)
+    async def read_receipt(self, inp: c.ReceiptInput) -> c.ReceiptResult:
+        """The receipt a lost batch left, if any; reads only."""
+        run_id = inp.run_id or activity.info().workflow_id
+        try:
+            data = await heartbeating(
+                asyncio.to_thread(self.store.get_bytes, run_id, c.receipt_key(inp.batch_id))
+            )
+        except FileNotFoundError:
+            return c.ReceiptResult()
+        return c.ReceiptResult(result=c.ToolBatchResult.model_validate_json(data))
 
     async def _execute_tools(
         self, inp: c.ToolBatchInput
     ) -> tuple[c.ToolBatchResult, list[TranscriptItem]]:
-        """Run one batch (heartbeating): its result for history and its full result items."""
+        """Run one batch: its result for history and its full result items."""
         if not inp.execution_dir:
             run = self._run_file(inp.run_id, RUN_KEY)
             folder = run.get("execution_dir") if isinstance(run, dict) else None
@@ -603,7 +658,7 @@ class RunActivities:
             )
         from openflow.activities.tools_runner import run_batch
 
-        outcome = await heartbeating(run_batch(self, inp))
+        outcome = await run_batch(self, inp)
         full: list[TranscriptItem] = [ToolResultItem(result=r) for r in outcome.results]
         result = c.ToolBatchResult(
             results=[
@@ -657,6 +712,9 @@ class RunActivities:
 
     @activity.defn(name=c.ACTIVITY_HANDOFF)
     async def write_handoff(self, inp: c.HandoffInput) -> c.HandoffResult:
+        return await heartbeating(self._write_handoff(inp))
+
+    async def _write_handoff(self, inp: c.HandoffInput) -> c.HandoffResult:
         segment = handoff_segment(inp.node_id)
         if inp.format == "markdown":
             markdown = inp.output.get("markdown") if isinstance(inp.output, dict) else None

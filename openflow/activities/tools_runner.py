@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,10 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
         env=tool_env(dict(os.environ)),
         home=acts.home,
     )
+    if _calls_mcp(inp):
+        # Importing the MCP SDK takes seconds on a busy machine: off the event loop, so the
+        # batch's heartbeat goes on.
+        await asyncio.to_thread(importlib.import_module, "openflow.activities.mcp")
     locks = acts._locks.setdefault(inp.run_id, LockTable())
     cache = acts._caches.setdefault(inp.run_id, ResultCache())
     async with _batch_tools(acts, inp) as registry:
@@ -89,11 +94,15 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
     )
 
 
+def _calls_mcp(inp: c.ToolBatchInput) -> bool:
+    return any(call.name.startswith(("mcp_", "mcp/")) for call in inp.calls)
+
+
 def _batch_tools(
     acts: RunActivities, inp: c.ToolBatchInput
 ) -> contextlib.AbstractAsyncContextManager[Any]:
     """The worker's tools, plus the run's pinned MCP tools when the batch calls one."""
-    if not any(call.name.startswith(("mcp_", "mcp/")) for call in inp.calls):
+    if not _calls_mcp(inp):
         return contextlib.nullcontext(acts.tools)
     from openflow.activities.mcp import batch_registry
 

@@ -39,6 +39,8 @@ from openflow.engine.state import (
     NodeState,
     PendingBatch,
     Plan,
+    ReadReceipt,
+    ReceiptRead,
     RetryRequested,
     RunSnapshot,
     RunStatus,
@@ -46,6 +48,7 @@ from openflow.engine.state import (
     SubagentRecord,
     TimerFired,
     ToolsFinished,
+    ToolsLost,
     ToolsOutcomeUnknown,
     TranscriptDelta,
     WriteHandoff,
@@ -372,6 +375,10 @@ class _Run(Subagents):
             self.on_tools_finished(fact)
         elif isinstance(fact, ToolsOutcomeUnknown):
             self.on_tools_unknown(fact)
+        elif isinstance(fact, ToolsLost):
+            self.on_tools_lost(fact)
+        elif isinstance(fact, ReceiptRead):
+            self.on_receipt_read(fact)
         elif isinstance(fact, HandoffStored):
             self.on_handoff(fact)
         elif isinstance(fact, InputGiven | ApprovalDecided | RetryRequested | MessageSent):
@@ -562,6 +569,25 @@ class _Run(Subagents):
             if an is not None and any(r.get("path") == path for r in an.reads):
                 self.s.redundant_reads += 1
                 return
+
+    def on_tools_lost(self, fact: ToolsLost) -> None:
+        """A batch whose completion was lost is looked up, never sent again: a side-effecting
+        batch leaves a receipt of its results before it reports, so one that ran is settled
+        with its real results, and one that left none as outcome unknown."""
+        batch = self.s.batches.get(fact.batch_id)
+        if batch is None or not batch.in_flight or batch.lost:
+            return
+        batch.lost = True
+        self.intents.append(ReadReceipt(batch_id=batch.batch_id, node_id=batch.node_id))
+
+    def on_receipt_read(self, fact: ReceiptRead) -> None:
+        batch = self.s.batches.get(fact.batch_id)
+        if batch is None or not batch.lost:
+            return
+        if fact.finished is not None and fact.finished.batch_id == fact.batch_id:
+            self.on_tools_finished(fact.finished)
+        else:
+            self.on_tools_unknown(ToolsOutcomeUnknown(batch_id=fact.batch_id, reason=fact.reason))
 
     def on_tools_unknown(self, fact: ToolsOutcomeUnknown) -> None:
         batch = self.s.batches.get(fact.batch_id)

@@ -257,6 +257,8 @@ class PendingBatch(_Model):
     in_flight: bool = False
     approval_announced: bool = False
     subagent_id: str | None = None
+    #: Its completion was lost (the worker or the server went away); its receipt is being read.
+    lost: bool = False
 
 
 # --- plan mode ----------------------------------------------------------------------------
@@ -449,6 +451,25 @@ class ToolsOutcomeUnknown(_Frozen):
     reason: str = ""
 
 
+class ToolsLost(_Frozen):
+    """A side-effecting batch whose completion never arrived: its worker died, or the server
+    restarted or the network cut while it ran. It may have run; its receipt may tell."""
+
+    kind: Literal["tools_lost"] = "tools_lost"
+    batch_id: str
+    reason: str = ""
+
+
+class ReceiptRead(_Frozen):
+    """What the run store holds of a lost batch: the results its receipt recorded, or none."""
+
+    kind: Literal["receipt_read"] = "receipt_read"
+    batch_id: str
+    finished: ToolsFinished | None = None
+    #: Why there is no result (no receipt, or the store could not be read).
+    reason: str = ""
+
+
 class HandoffStored(_Frozen):
     kind: Literal["handoff_stored"] = "handoff_stored"
     node_id: str
@@ -520,6 +541,8 @@ Fact = Annotated[
     | ModelFailed
     | ToolsFinished
     | ToolsOutcomeUnknown
+    | ToolsLost
+    | ReceiptRead
     | HandoffStored
     | InputGiven
     | ApprovalDecided
@@ -562,6 +585,14 @@ class WriteHandoff(_Frozen):
     output: Any
 
 
+class ReadReceipt(_Frozen):
+    """Look up the receipt a lost side-effecting batch left in the run store (read-only)."""
+
+    kind: Literal["read_receipt"] = "read_receipt"
+    batch_id: str
+    node_id: str
+
+
 class CancelWork(_Frozen):
     """Cancel in-flight activities (by call or batch id): stop and interrupts."""
 
@@ -576,7 +607,8 @@ class SleepUntil(_Frozen):
 
 
 Intent = Annotated[
-    CallModel | RunTools | WriteHandoff | CancelWork | SleepUntil, Field(discriminator="kind")
+    CallModel | RunTools | WriteHandoff | CancelWork | SleepUntil | ReadReceipt,
+    Field(discriminator="kind"),
 ]
 
 
@@ -644,6 +676,9 @@ __all__ = [
     "ToolResultSummary",
     "ToolsFinished",
     "ToolsOutcomeUnknown",
+    "ToolsLost",
+    "ReceiptRead",
+    "ReadReceipt",
     "TranscriptDelta",
     "WriteHandoff",
     "canonical_sha256",

@@ -46,6 +46,8 @@ with workflow.unsafe.imports_passed_through():
         ModelFailed,
         ModelReplied,
         Plan,
+        ReadReceipt,
+        ReceiptRead,
         RetryRequested,
         RunSnapshot,
         RunTools,
@@ -53,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         TimerFired,
         ToolResultSummary,
         ToolsFinished,
+        ToolsLost,
         ToolsOutcomeUnknown,
         WriteHandoff,
     )
@@ -72,11 +75,18 @@ AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 MODEL_TIMEOUT = timedelta(minutes=30)
 TOOL_TIMEOUT = timedelta(hours=2)
 HEARTBEAT_TIMEOUT = timedelta(seconds=2)
-HISTORY_EVENTS_LIMIT = 10_000
+#: An execution continues as new past this many events, so a worker that takes a run over
+#: (and replays its history from the start) does so well inside the workflow task timeout.
+HISTORY_EVENTS_LIMIT = 2_000
+#: The limit of executions that started before it was lowered (they replay as they ran).
+OLD_HISTORY_EVENTS_LIMIT = 10_000
+SHORT_EXECUTIONS = "short-executions"
 CARRY_EVENTS_BYTES = 256 * 1024
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 POST_RUN_REVIEW = "post-run-review"
 INPUT_LIMITS = "input-limits"
+TOOL_RECEIPTS = "tool-receipts"
+RECEIPT_TIMEOUT = timedelta(seconds=30)
 
 
 class EngineFault(ApplicationError):
@@ -122,12 +132,16 @@ class OpenFlowRun:
         self._deferred: list[Intent] | None = None
         # Tool results a model turn brought back with its reply, by node, for this step only.
         self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult, int]] = {}
+        self._events_limit = OLD_HISTORY_EVENTS_LIMIT
 
     # --- the run ------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: c.RunInput) -> c.RunResult:
         self._input = inp
+        self._events_limit = (
+            HISTORY_EVENTS_LIMIT if workflow.patched(SHORT_EXECUTIONS) else OLD_HISTORY_EVENTS_LIMIT
+        )
         self._events = [_EVENT.validate_python(data) for data in inp.events]
         self._first_seq = self._events[0].seq if self._events else inp.first_seq
         self._previous_run_id = inp.previous_run_id
@@ -159,7 +173,11 @@ class OpenFlowRun:
                     ),
                     result_type=c.PrepareResult,
                     start_to_close_timeout=timedelta(minutes=2),
-                    retry_policy=RetryPolicy(maximum_attempts=3),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    # Safe to run again: a worker lost here is replaced after half a second.
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(milliseconds=500), maximum_attempts=5
+                    ),
                     summary="prepare run",
                 )
             except ActivityError as exc:
@@ -303,6 +321,9 @@ class OpenFlowRun:
                 self._spawn(intent.batch_id, self._tool_batch(intent))
         elif isinstance(intent, WriteHandoff):
             self._spawn(f"handoff:{intent.node_id}", self._handoff(intent))
+        elif isinstance(intent, ReadReceipt):
+            # Under the batch's id, so a stop that cancels the batch cancels its lookup.
+            self._spawn(intent.batch_id, self._read_receipt(intent))
         elif isinstance(intent, SleepUntil):
             key = f"timer:{intent.node_id}"
             old = self._timers.pop(key, None)
@@ -358,7 +379,13 @@ class OpenFlowRun:
     def _spawn(self, work_id: str, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         self._tasks[work_id] = task
-        task.add_done_callback(lambda _t, key=work_id: self._tasks.pop(key, None))
+
+        def done(finished: asyncio.Task[None], key: str = work_id) -> None:
+            # A lost batch's receipt lookup may already run under the same id.
+            if self._tasks.get(key) is finished:
+                self._tasks.pop(key)
+
+        task.add_done_callback(done)
 
     async def _sleep(self, intent: SleepUntil) -> None:
         delay = max(intent.wake_at_ms - self._now(), 0)
@@ -492,9 +519,12 @@ class OpenFlowRun:
             )
         except ActivityError as exc:
             if intent.side_effects:
-                self._facts.append(
-                    ToolsOutcomeUnknown(batch_id=intent.batch_id, reason=str(exc.cause or exc))
-                )
+                reason = str(exc.cause or exc)
+                # Runs recorded before receipts settled such a batch as unknown at once.
+                if workflow.patched(TOOL_RECEIPTS):
+                    self._facts.append(ToolsLost(batch_id=intent.batch_id, reason=reason))
+                else:
+                    self._facts.append(ToolsOutcomeUnknown(batch_id=intent.batch_id, reason=reason))
             else:
                 self._facts.append(
                     ToolsFinished(
@@ -516,6 +546,32 @@ class OpenFlowRun:
             return
         self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls))
 
+    async def _read_receipt(self, intent: ReadReceipt) -> None:
+        assert self._snapshot is not None
+        batch = self._snapshot.batches.get(intent.batch_id)
+        calls = tuple(batch.calls) if batch is not None else ()
+        try:
+            found = await workflow.execute_activity(
+                c.ACTIVITY_RECEIPT,
+                c.ReceiptInput(batch_id=intent.batch_id),
+                result_type=c.ReceiptResult,
+                start_to_close_timeout=RECEIPT_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                summary=f"receipt · {intent.node_id}",
+            )
+        except ActivityError as exc:
+            reason = f"its receipt could not be read: {exc.cause or exc}"
+            self._facts.append(ReceiptRead(batch_id=intent.batch_id, reason=reason))
+            return
+        except asyncio.CancelledError:
+            return
+        if found.result is None:
+            self._facts.append(ReceiptRead(batch_id=intent.batch_id, reason="it left no receipt"))
+            return
+        finished = self._tools_finished(intent.batch_id, found.result, calls)
+        self._facts.append(ReceiptRead(batch_id=intent.batch_id, finished=finished))
+
     async def _handoff(self, intent: WriteHandoff) -> None:
         assert self._snapshot is not None
         try:
@@ -529,6 +585,7 @@ class OpenFlowRun:
                 ),
                 result_type=c.HandoffResult,
                 start_to_close_timeout=timedelta(minutes=1),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=5),
                 summary=f"handoff · {intent.node_id}",
             )
@@ -560,7 +617,7 @@ class OpenFlowRun:
         info = workflow.info()
         return (
             info.is_continue_as_new_suggested()
-            or info.get_current_history_length() > HISTORY_EVENTS_LIMIT
+            or info.get_current_history_length() > self._events_limit
         )
 
     def _continue_as_new(self, pending: list[Intent]) -> None:
@@ -583,7 +640,8 @@ class OpenFlowRun:
                 pending_intents=pending,
                 headers_sent=sorted(self._headers_sent),
                 execution_dir=self._execution_dir,
-            )
+            ),
+            task_timeout=c.WORKFLOW_TASK_TIMEOUT,
         )
 
     def _result(self) -> c.RunResult:

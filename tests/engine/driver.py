@@ -37,6 +37,8 @@ from openflow.engine.state import (
     ModelFailed,
     ModelReplied,
     Plan,
+    ReadReceipt,
+    ReceiptRead,
     RetryRequested,
     RunSnapshot,
     RunTools,
@@ -298,6 +300,8 @@ class Driver:
     entrypoint: str = "hello"
     tool_names: Sequence[str] | None = TOOL_NAMES
     project_root: str | None = None
+    #: What lost batches left in the run store, by batch id (absent: no receipt).
+    receipts: dict[str, ToolsFinished] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.model = FakeModel(self.script)
@@ -423,6 +427,9 @@ class Driver:
         if isinstance(intent, RunTools):
             self.batches.append(intent)
             return self.tool_answer(intent)
+        if isinstance(intent, ReadReceipt):
+            found = self.receipts.get(intent.batch_id)
+            return ReceiptRead(batch_id=intent.batch_id, finished=found, reason="no receipt")
         if isinstance(intent, WriteHandoff):
             ext = "md" if intent.format == "markdown" else "json"
             uri = f"run://handoffs/{intent.node_id}/HANDOFF.{ext}"
@@ -458,7 +465,7 @@ class Driver:
 def _work_id(intent: Intent) -> str:
     if isinstance(intent, CallModel):
         return intent.call_id
-    if isinstance(intent, RunTools):
+    if isinstance(intent, RunTools | ReadReceipt):
         return intent.batch_id
     if isinstance(intent, WriteHandoff):
         return f"handoff:{intent.node_id}"

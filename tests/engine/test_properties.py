@@ -27,12 +27,14 @@ from openflow.engine.state import (
     ModelFailed,
     ModelReplied,
     Plan,
+    ReceiptRead,
     RetryRequested,
     RunSnapshot,
     RunTools,
     TimerFired,
     ToolResultSummary,
     ToolsFinished,
+    ToolsLost,
     ToolsOutcomeUnknown,
 )
 from openflow.engine.transcript import ToolCallItem, ToolResultItem
@@ -98,7 +100,7 @@ TURNS: list[Turn] = [
     mixed(),
     truncated("write"),
 ]
-TOOL_MODES = ["ok", "error", "interrupted", "partial", "unknown"]
+TOOL_MODES = ["ok", "error", "interrupted", "partial", "unknown", "lost"]
 
 
 @st.composite
@@ -177,6 +179,8 @@ def noise(ids: list[str]) -> st.SearchStrategy[Fact]:
         st.builds(ModelFailed, call_id=call_id, node_id=node, failure=st.just(transient())),
         st.builds(ToolsFinished, batch_id=batch_id, results=st.just(())),
         st.builds(ToolsOutcomeUnknown, batch_id=batch_id),
+        st.builds(ToolsLost, batch_id=batch_id),
+        st.builds(ReceiptRead, batch_id=batch_id),
         st.builds(HandoffStored, node_id=node, manifest=st.just({"format": "json", "uri": "x"})),
         st.builds(TimerFired, node_id=node),
         st.builds(InputGiven, node_id=node, text=st.just("hi")),
@@ -199,6 +203,8 @@ def tool_port(modes: list[str]) -> Any:
         mode = next(cycle)
         if mode == "unknown" and batch.side_effects:
             return ToolsOutcomeUnknown(batch_id=batch.batch_id, reason="worker lost")
+        if mode == "lost" and batch.side_effects:
+            return ToolsLost(batch_id=batch.batch_id, reason="server restarted")
         if mode == "interrupted":
             return ToolsFinished(batch_id=batch.batch_id, results=(), interrupted=True)
         calls = batch.calls[:1] if mode == "partial" else batch.calls

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
@@ -19,11 +21,13 @@ from typing import TextIO
 import httpx2
 import mcp_types
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from openflow.activities.mcp.config import McpServerConfig
 from openflow.activities.mcp.errors import McpUnavailable
+from openflow.activities.tools.process import supervised
 
 START_TIMEOUT_S = 15.0
 MAX_TOOL_PAGES = 100
@@ -63,6 +67,23 @@ def _errlog(path: Path | None) -> Iterator[TextIO]:
         yield log
 
 
+def _executable(command: str, folder: Path, env: Mapping[str, str]) -> str:
+    """The server's program as the launcher will run it; FileNotFoundError when there is none
+    (found here, so the reason reaches the warning instead of the launcher's exit code)."""
+    if "/" in command:
+        path = folder / command
+        if not path.is_file():
+            raise FileNotFoundError(errno.ENOENT, "no such file", command)
+        if not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, "not executable", command)
+        return str(path)
+    search = env.get("PATH") or get_default_environment().get("PATH") or os.defpath
+    found = shutil.which(command, path=search)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "not found on PATH", command)
+    return found
+
+
 @contextlib.asynccontextmanager
 async def open_session(
     config: McpServerConfig, *, cwd: Path, log: Path | None = None
@@ -73,9 +94,12 @@ async def open_session(
             folder = config.working_dir(cwd)
             if not folder.is_dir():
                 raise McpUnavailable(f"its working folder {str(folder)!r} does not exist")
+            # Through the tool launcher: the server dies with this worker, even on kill -9.
+            command = _executable(str(config.command), folder, config.env)
+            launcher, *argv = supervised([command, *config.args])
             params = StdioServerParameters(
-                command=str(config.command),
-                args=list(config.args),
+                command=launcher,
+                args=argv,
                 env=dict(config.env) or None,
                 cwd=folder,
             )

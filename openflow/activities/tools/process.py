@@ -1,17 +1,24 @@
 """Child processes that cannot see the worker's secrets.
 
-Two mechanisms work together:
+Three mechanisms work together:
 
 * The worker marks itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, see `harden_process`).
   The kernel then refuses `/proc/<worker>/environ` and `/proc/<worker>/mem` to every process
   that lacks CAP_SYS_PTRACE, even one running as the same user.
-* Tool processes die with their worker (`PR_SET_PDEATHSIG`): a worker killed mid-batch leaves
-  no command running on after the run settled the batch's outcome as unknown.
-* Tool processes start through a tiny launcher that drops CAP_SYS_PTRACE and the other
-  capabilities that read foreign memory (from the bounding, inheritable, permitted and
-  effective sets), then `exec`s the command in place. That closes the gap when the worker runs
-  as root in a container with full capabilities. The launcher refuses to run the command when
-  it cannot drop them. Because it `exec`s, the command's parent process is the worker itself.
+* Tool processes die with their worker, even on kill -9: they start through a tiny launcher
+  that leads the process group, asks the kernel to tell it when the worker dies
+  (`PR_SET_PDEATHSIG`), and then kills its whole tree (the command, the command's children,
+  and orphaned descendants, which come back to it as a child subreaper). A worker killed
+  mid-batch leaves no command running on after the run settled the batch. MCP stdio servers
+  start through the same launcher (`supervised`).
+* For tool processes, the launcher also drops CAP_SYS_PTRACE and the other capabilities that
+  read foreign memory (from the bounding, inheritable, permitted and effective sets) before it
+  starts the command. That closes the gap when the worker runs as root in a container with
+  full capabilities. The launcher refuses to run the command when it cannot drop them. It
+  waits for the command (signals sent to the group reach the command) and exits as it did.
+* Where bubblewrap works, tool processes are confined too: the launcher runs inside the jail
+  (`confine.py`), bubblewrap dies with the worker (`--die-with-parent`) and the jail's process
+  namespace ends every process the command started.
 
 The environment of a tool process is built explicitly (`tool_env`), never inherited.
 """
@@ -38,17 +45,23 @@ _PR_SET_DUMPABLE = 4
 _PR_GET_DUMPABLE = 3
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# Runs as `python -I -S -c _LAUNCHER argv...`: isolated from PYTHON* variables and site-packages.
+# Runs as `python -I -S -c _LAUNCHER MODE argv...`: isolated from PYTHON* variables and
+# site-packages. MODE "tool" also drops the capabilities that read foreign memory; "server"
+# (an MCP server) keeps what it was given.
 _LAUNCHER = r"""
-import ctypes, os, sys
-if sys.platform.startswith("linux"):
-    libc = ctypes.CDLL(None, use_errno=True)
-    # PR_SET_PDEATHSIG: the command dies with its worker, so a crashed worker leaves no tool
-    # running that could still act after the run settled its outcome as unknown.
-    parent = os.getppid()
-    libc.prctl(1, 9, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(125)
+import ctypes, os, signal, sys
+mode, argv = sys.argv[1], sys.argv[2:]
+if not sys.platform.startswith("linux"):
+    os.execvp(argv[0], argv)
+libc = ctypes.CDLL(None, use_errno=True)
+parent = os.getppid()
+if os.getpgrp() != os.getpid():
+    os.setpgid(0, 0)
+# The worker's death reaches this launcher as SIGUSR1 (PR_SET_PDEATHSIG), even on kill -9.
+libc.prctl(1, signal.SIGUSR1, 0, 0, 0)
+if os.getppid() != parent:
+    os._exit(125)
+if mode == "tool":
     # sys_module, sys_rawio, sys_ptrace, sys_admin, perfmon, bpf, checkpoint_restore
     drop = (16, 17, 19, 21, 38, 39, 40)
     for cap in drop:
@@ -87,33 +100,89 @@ if sys.platform.startswith("linux"):
         )
         sys.stderr.flush()
         os._exit(126)
-if sys.argv[1] != "--supervise":
-    os.execv(sys.argv[1], sys.argv[1:])
-# Inside a jail the command's parent would be bubblewrap, whose memory any process of the
-# user may read; stay as a parent that cannot be read, and pass the command's status on.
+# Orphaned descendants (a daemon that left the group) come back to this launcher.
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+me = os.getpid()
 child = os.fork()
 if child == 0:
-    if sys.platform.startswith("linux"):
-        libc.prctl(1, 9, 0, 0, 0)
-    os.execv(sys.argv[2], sys.argv[2:])
-if sys.platform.startswith("linux"):
-    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-import _signal  # not `signal`, which imports enum: tens of ms at every start
-for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
-    _signal.signal(sig, lambda n, _f: os.kill(child, n))
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != me:
+        os._exit(125)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"openflow: cannot run {argv[0]!r}: {exc.strerror}\n")
+        sys.stderr.flush()
+        os._exit(127)
+
+
+def descendants():
+    found, todo = [], [me]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            for kid in kids:
+                if kid not in found:
+                    try:
+                        os.kill(kid, signal.SIGSTOP)  # no more forks while the tree is walked
+                    except OSError:
+                        continue
+                    found.append(kid)
+                    todo.append(kid)
+    return found
+
+
+def worker_died(signum, frame):
+    if os.getppid() == parent:
+        return  # a command signalling its own group, not the worker's death
+    killed = set()
+    for _ in range(100):
+        # Again until nothing new: a child of a process that died meanwhile comes back here.
+        fresh = [pid for pid in descendants() if pid not in killed]
+        if not fresh:
+            break
+        for pid in fresh:
+            killed.add(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    os.killpg(0, signal.SIGKILL)
+
+
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: the command's $PPID is as closed as the worker
+signal.signal(signal.SIGUSR1, worker_died)
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+    # Meant for the command, which has them too (a group signal): wait for it to exit.
+    signal.signal(sig, lambda signum, frame: None)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+if os.getppid() != parent:
+    worker_died(signal.SIGUSR1, None)
 while True:
     try:
-        _, status = os.waitpid(child, 0)
-        break
+        pid, status = os.waitpid(-1, 0)
     except ChildProcessError:
-        os._exit(1)
-    except InterruptedError:
-        continue
+        os._exit(0)
+    if pid == child:
+        break
 if os.WIFSIGNALED(status):
     sig = os.WTERMSIG(status)
-    _signal.signal(sig, _signal.SIG_DFL)
-    os.kill(os.getpid(), sig)
-os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+    os.kill(me, sig)
+    os._exit(128 + sig)
+os._exit(os.waitstatus_to_exitcode(status))
 """
 
 
@@ -176,13 +245,14 @@ async def spawn(
 ) -> asyncio.subprocess.Process:
     """Start `argv` in its own process group, through the launcher, with exactly `env`.
 
-    With a `jail` the launcher itself runs inside bubblewrap (see `confine.py`).
+    With a `jail` the launcher itself runs inside bubblewrap (see `confine.py`), so the
+    command's parent is the launcher, which cannot be read, and never bubblewrap.
     """
     ensure_hardened()
-    command = [sys.executable, "-I", "-S", "-c", _LAUNCHER, *argv]
+    command = [sys.executable, "-I", "-S", "-c", _LAUNCHER, "tool", *argv]
     full_env = dict(env)
     if jail is not None:
-        command = jail.wrap([*command[:5], "--supervise", *argv], cwd)
+        command = jail.wrap(command, cwd)
         full_env.update({k: v for k, v in jail.env.items() if k not in env or k == "TMPDIR"})
     return await asyncio.create_subprocess_exec(
         *command,
@@ -195,10 +265,23 @@ async def spawn(
     )
 
 
+def supervised(argv: Sequence[str]) -> list[str]:
+    """`argv` run through the launcher, so that it dies with this process (MCP servers)."""
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, "server", *argv]
+
+
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     """Signal a whole process group (the command, its children and grandchildren)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
 
-__all__ = ["ensure_hardened", "harden_process", "is_hardened", "kill_group", "spawn", "tool_env"]
+__all__ = [
+    "ensure_hardened",
+    "harden_process",
+    "is_hardened",
+    "kill_group",
+    "spawn",
+    "supervised",
+    "tool_env",
+]

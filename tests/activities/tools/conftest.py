@@ -140,6 +140,12 @@ def pid_alive(harness: Harness) -> Callable[[int], bool]:
 
 
 @pytest.fixture
+def command_pid_alive() -> Callable[[Path, int], bool]:
+    """Whether a process a command started in a given folder (by its `$!`) is alive."""
+    return _command_pid_alive
+
+
+@pytest.fixture
 def wait_until() -> Callable[..., Any]:
     """Poll a condition with a deadline (never sleep for a fixed time to wait for state)."""
     return _wait_until

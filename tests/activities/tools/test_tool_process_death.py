@@ -39,7 +39,7 @@ PIDS = ("bg.pid", "daemon.pid", "orphan.pid", "bash.pid")
 
 
 async def test_a_killed_worker_leaves_no_tool_process_behind(
-    tmp_path: Path, pid_alive, wait_until
+    tmp_path: Path, command_pid_alive, wait_until
 ) -> None:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO)}
     worker = subprocess.Popen(
@@ -49,10 +49,10 @@ async def test_a_killed_worker_leaves_no_tool_process_behind(
         await wait_until(lambda: all((tmp_path / name).is_file() for name in PIDS), timeout=20)
         await wait_until(lambda: all((tmp_path / name).read_text().strip() for name in PIDS))
         pids = [int((tmp_path / name).read_text()) for name in PIDS]
-        assert all(pid_alive(pid) for pid in pids)
+        assert all(command_pid_alive(tmp_path, pid) for pid in pids)
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
-        await wait_until(lambda: not any(pid_alive(pid) for pid in pids), timeout=5)
+        await wait_until(lambda: not any(command_pid_alive(tmp_path, pid) for pid in pids), timeout=5)
     finally:
         if worker.poll() is None:
             worker.kill()

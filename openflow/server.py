@@ -354,6 +354,13 @@ class EmbeddedServer:
             process.kill()
             process.wait()
 
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would; `start` brings it back."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
     def wait(self) -> int:
         """Block until the server process exits and return its exit code."""
         if self._process is None:

@@ -1,0 +1,262 @@
+"""Crash scenarios of the chaos campaign: worker kill -9, server kill -9, stop and resume."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.chaos import (
+    Campaign,
+    Plan,
+    Tally,
+    duplicates,
+    first,
+    ledger_lines,
+    make_workflow,
+    yolo_node,
+)
+from openflow.client import RunConflict
+
+DAG = [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")]
+"""A diamond: b and c run in parallel once a is done."""
+
+
+def side_effect_turns(node_id: str, delay_ms: int = 300) -> list[dict[str, Any]]:
+    """One batch that appends to the ledger (bash) and writes a file, then a submit."""
+    bash = f"echo start-{node_id} >> ledger.txt; sleep 0.4; echo end-{node_id} >> ledger.txt"
+    return [
+        {
+            "tools": [
+                {"name": "bash", "args": {"command": bash}, "id": f"{node_id}-bash"},
+                {
+                    "name": "write",
+                    "args": {"path": f"{node_id}.txt", "content": f"written by {node_id}\n"},
+                    "id": f"{node_id}-write",
+                },
+            ],
+            "delay_ms": delay_ms,
+        },
+        {"submit": {"summary": f"{node_id} done"}, "delay_ms": delay_ms},
+    ]
+
+
+def dag_profile(campaign: Campaign, prefix: str) -> tuple[str, list[str], list[tuple[str, str]]]:
+    nodes = [f"{prefix}{n}" for n in "abcd"]
+    edges = [(f"{prefix}{a}", f"{prefix}{b}") for a, b in DAG]
+    profile = campaign.profile(f"{prefix}dag", {n: side_effect_turns(n) for n in nodes})
+    return profile, nodes, edges
+
+
+def check_side_effects(
+    folder: Path, events: list[dict[str, Any]], nodes: list[str], known_outcomes: bool
+) -> list[str]:
+    """What went wrong with a run's side effects: duplicates, lost writes, unknown outcomes.
+
+    A call settled "outcome unknown" may have run once or not at all; with `known_outcomes`
+    (the worker stayed up) a call whose effect is on disk must not be settled unknown.
+    """
+    problems = []
+    lines = ledger_lines(folder)
+    dup = duplicates(lines)
+    if dup:
+        problems.append(f"ran twice: {first(dup)}")
+    unknown = {e.get("tool_call_id") for e in events if e.get("type") == "ToolOutcomeUnknown"}
+    for node_id in nodes:
+        ran = f"start-{node_id}" in lines
+        if f"{node_id}-bash" in unknown:
+            if known_outcomes and ran:
+                problems.append(f"{node_id}-bash ran but was settled 'outcome unknown'")
+        elif lines.count(f"start-{node_id}") != 1 or lines.count(f"end-{node_id}") != 1:
+            problems.append(f"{node_id}-bash reported done but the ledger says {lines}")
+        written = folder / f"{node_id}.txt"
+        landed = written.exists() and written.read_text() == f"written by {node_id}\n"
+        if f"{node_id}-write" in unknown:
+            if known_outcomes and landed:
+                problems.append(f"{node_id}-write landed but was settled 'outcome unknown'")
+        elif not landed:
+            problems.append(f"{node_id}-write reported done but {written.name} is not as written")
+    return problems
+
+
+async def judge_run(
+    campaign: Campaign,
+    tally: Tally,
+    run_id: str,
+    folder: Path,
+    nodes: list[str],
+    known_outcomes: bool = False,
+) -> None:
+    status = await campaign.settle(run_id)
+    problems = [] if status == "completed" else [f"ended {status}"]
+    if not status.startswith("stuck"):
+        events = await campaign.events(run_id)
+        problems += check_side_effects(folder, events, nodes, known_outcomes)
+    tally.record(not problems, f"{run_id}: {'; '.join(problems)}")
+
+
+async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
+    """Kill the only worker at a random moment while several runs go, then start a new one."""
+    many = Tally("worker kill -9, random points")
+    profile, nodes, edges = dag_profile(campaign, "k")
+    wf = make_workflow("kill-dag", [yolo_node(n) for n in nodes], edges)
+    rng = campaign.random
+    for _ in range(plan.kill_rounds):
+        await campaign.ensure_worker()
+        started = []
+        for _ in range(plan.runs_per_round):
+            folder = campaign.folder("kill")
+            started.append((await campaign.start(wf, profile, folder), folder))
+            await asyncio.sleep(rng.uniform(0.0, 0.8))
+        await asyncio.sleep(rng.uniform(0.2, 4.5))
+        campaign.kill_workers()
+        await campaign.spawn_worker_async()
+        await asyncio.gather(*(judge_run(campaign, many, r, f, nodes) for r, f in started))
+
+    one = Tally("worker kill -9, one run many times")
+    chain = [f"m{i}" for i in range(1, 5)]
+    turns: dict[str, list[dict[str, Any]]] = {}
+    for node_id in chain:
+        steps = []
+        for k in range(4):
+            command = f"echo {node_id}-{k} >> ledger.txt; sleep 0.2"
+            steps.append(
+                {
+                    "tools": [
+                        {"name": "bash", "args": {"command": command}, "id": f"{node_id}-{k}"},
+                        {
+                            "name": "write",
+                            "args": {"path": f"{node_id}-{k}.txt", "content": f"{node_id}-{k}\n"},
+                            "id": f"{node_id}-{k}-write",
+                        },
+                    ],
+                    "delay_ms": 250,
+                }
+            )
+        turns[node_id] = [*steps, {"submit": {"summary": f"{node_id} done"}, "delay_ms": 250}]
+    profile = campaign.profile("many-kills", turns)
+    wf = make_workflow(
+        "kill-chain", [yolo_node(n) for n in chain], list(zip(chain, chain[1:], strict=False))
+    )
+    await campaign.ensure_worker()
+    folder = campaign.folder("many-kills")
+    run_id = await campaign.start(wf, profile, folder)
+    kills = 0
+    for _ in range(plan.kills_of_one_run):
+        await asyncio.sleep(rng.uniform(0.3, 2.5))
+        if await campaign.status(run_id) in ("completed", "failed", "stopped"):
+            break
+        campaign.kill_workers()
+        kills += 1
+        await campaign.spawn_worker_async()
+    status = await campaign.settle(run_id)
+    problems = [] if status == "completed" else [f"ended {status}"]
+    lines = ledger_lines(folder)
+    if duplicates(lines):
+        problems.append(f"ran twice: {first(duplicates(lines))}")
+    events = await campaign.events(run_id)
+    unknown = {e.get("tool_call_id") for e in events if e.get("type") == "ToolOutcomeUnknown"}
+    missing = [
+        f"{n}-{k}"
+        for n in chain
+        for k in range(4)
+        if f"{n}-{k}" not in unknown and f"{n}-{k}" not in lines
+    ]
+    if status == "completed" and missing:
+        problems.append(f"reported done but not in the ledger: {first(missing)}")
+    one.record(not problems, f"{run_id} after {kills} kills: {'; '.join(problems)}")
+    return [many, one]
+
+
+async def server_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
+    """kill -9 the Temporal server mid-run and start it again on its SQLite file."""
+    tally = Tally("server kill -9 mid-run")
+    profile, nodes, edges = dag_profile(campaign, "s")
+    wf = make_workflow("server-dag", [yolo_node(n) for n in nodes], edges)
+    rng = campaign.random
+    for _ in range(plan.server_rounds):
+        await campaign.ensure_worker()
+        started = []
+        for _ in range(plan.runs_per_round):
+            folder = campaign.folder("server")
+            started.append((await campaign.start(wf, profile, folder), folder))
+        await asyncio.sleep(rng.uniform(0.5, 3.5))
+        campaign.server.kill()
+        await asyncio.sleep(rng.uniform(0.2, 2.0))
+        await campaign.server.start()
+        await campaign.reconnect()
+        alive = [w for w in campaign.workers if w.alive]
+        if not alive:
+            tally.notes.append("the worker exited while the server was down")
+            await campaign.spawn_worker_async()
+        await asyncio.gather(
+            *(
+                judge_run(campaign, tally, r, f, nodes, known_outcomes=bool(alive))
+                for r, f in started
+            )
+        )
+    return [tally]
+
+
+async def stop_and_resume(campaign: Campaign, plan: Plan) -> list[Tally]:
+    """Stop random runs while the others go on, resume each, and check each ends completed."""
+    runs_tally = Tally("stop and resume: runs")
+    ops = Tally("stop and resume: stops")
+    chain = ["r1", "r2"]
+    turns: dict[str, list[dict[str, Any]]] = {}
+    for node_id in chain:
+        steps = []
+        for k in range(4):
+            command = f"echo {node_id}-{k} >> ledger.txt; sleep 0.3"
+            steps.append(
+                {
+                    "tools": [
+                        {"name": "bash", "args": {"command": command}, "id": f"{node_id}-{k}"}
+                    ],
+                    "delay_ms": 200,
+                }
+            )
+        turns[node_id] = [*steps, {"submit": {"summary": f"{node_id} done"}, "delay_ms": 200}]
+    profile = campaign.profile("stop-resume", turns)
+    wf = make_workflow("stop-chain", [yolo_node(n) for n in chain], [("r1", "r2")])
+    await campaign.ensure_worker()
+    rng = campaign.random
+    started: list[tuple[str, Path]] = []
+    for _ in range(plan.stop_runs):
+        folder = campaign.folder("stop")
+        started.append((await campaign.start(wf, profile, folder), folder))
+    deadline = time.monotonic() + 30 + 10 * plan.stops
+    done = 0
+    while done < plan.stops and time.monotonic() < deadline:
+        await asyncio.sleep(rng.uniform(0.1, 1.0))
+        run_id, _ = rng.choice(started)
+        if await campaign.status(run_id) != "running":
+            if all([await campaign.status(r) == "completed" for r, _ in started]):
+                break
+            continue
+        with contextlib.suppress(RunConflict):
+            await campaign.runs.stop(run_id)
+            done += 1
+            status = await campaign.settle(run_id, until=("stopped", "completed", "failed"))
+            if status == "completed":
+                ops.record(True)
+                continue
+            if status != "stopped":
+                ops.record(False, f"{run_id}: stop ended {status}")
+                continue
+            try:
+                await campaign.runs.resume(run_id)
+            except Exception as exc:  # noqa: BLE001 - any refusal of a stopped run is a failure
+                ops.record(False, f"{run_id}: resume refused: {exc}")
+                continue
+            ops.record(True)
+    for run_id, folder in started:
+        status = await campaign.settle(run_id)
+        problems = [] if status == "completed" else [f"ended {status}"]
+        lines = ledger_lines(folder)
+        if duplicates(lines):
+            problems.append(f"ran twice: {first(duplicates(lines))}")
+        runs_tally.record(not problems, f"{run_id}: {'; '.join(problems)}")
+    return [runs_tally, ops]

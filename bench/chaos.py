@@ -303,7 +303,7 @@ class Campaign:
         status = "unknown"
         while time.monotonic() < end:
             status = await self.status(run_id, tenant)
-            if status in until:
+            if status in until and (status not in TERMINAL or not await self.is_running(run_id)):
                 return status
             await asyncio.sleep(0.2)
         return f"stuck: {status}"
@@ -345,7 +345,11 @@ class Campaign:
         return out
 
     async def is_running(self, run_id: str) -> bool:
-        desc = await self.client.get_workflow_handle(run_id).describe()
+        """Whether the run's latest execution is still open (a stopping run still is)."""
+        try:
+            desc = await self.client.get_workflow_handle(run_id).describe()
+        except Exception:  # noqa: BLE001 - a server blip: not known to be closed
+            return True
         return desc.status == WorkflowExecutionStatus.RUNNING
 
 
@@ -409,7 +413,7 @@ class Plan:
     server_rounds: int = 3
     stop_runs: int = 8
     stops: int = 16
-    payloads: int = 60
+    payloads: int = 30
     http_payloads: int = 120
     cli_cases: int = 0
     """0: every CLI case."""
@@ -417,16 +421,17 @@ class Plan:
 
     @classmethod
     def short(cls) -> Plan:
+        """The version CI runs: every scenario, a few attempts each."""
         return cls(
             kill_rounds=1,
             runs_per_round=2,
-            kills_of_one_run=2,
+            kills_of_one_run=1,
             server_rounds=1,
             stop_runs=3,
             stops=3,
-            payloads=6,
-            http_payloads=15,
-            cli_cases=10,
+            payloads=3,
+            http_payloads=14,
+            cli_cases=4,
             race_calls=12,
         )
 

@@ -97,32 +97,14 @@ async def judge_run(
     tally.record(not problems, f"{run_id}: {'; '.join(problems)}")
 
 
-async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
-    """Kill the only worker at a random moment while several runs go, then start a new one."""
-    many = Tally("worker kill -9, random points")
-    profile, nodes, edges = dag_profile(campaign, "k")
-    wf = make_workflow("kill-dag", [yolo_node(n) for n in nodes], edges)
-    rng = campaign.random
-    for _ in range(plan.kill_rounds):
-        await campaign.ensure_worker()
-        started = []
-        for _ in range(plan.runs_per_round):
-            folder = campaign.folder("kill")
-            started.append((await campaign.start(wf, profile, folder), folder))
-            await asyncio.sleep(rng.uniform(0.0, 0.8))
-        await asyncio.sleep(rng.uniform(0.2, 4.5))
-        campaign.kill_workers()
-        await campaign.spawn_worker_async()
-        await asyncio.gather(*(judge_run(campaign, many, r, f, nodes) for r, f in started))
-
-    one = Tally("worker kill -9, one run many times")
-    chain = [f"m{i}" for i in range(1, 5)]
+def chain_turns(chain: list[str], steps: int) -> dict[str, list[dict[str, Any]]]:
+    """Per node, `steps` batches of a ledger append and a write, then a submit."""
     turns: dict[str, list[dict[str, Any]]] = {}
     for node_id in chain:
-        steps = []
-        for k in range(4):
+        batches = []
+        for k in range(steps):
             command = f"echo {node_id}-{k} >> ledger.txt; sleep 0.2"
-            steps.append(
+            batches.append(
                 {
                     "tools": [
                         {"name": "bash", "args": {"command": command}, "id": f"{node_id}-{k}"},
@@ -135,38 +117,71 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
                     "delay_ms": 250,
                 }
             )
-        turns[node_id] = [*steps, {"submit": {"summary": f"{node_id} done"}, "delay_ms": 250}]
-    profile = campaign.profile("many-kills", turns)
-    wf = make_workflow(
+        turns[node_id] = [*batches, {"submit": {"summary": f"{node_id} done"}, "delay_ms": 250}]
+    return turns
+
+
+async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
+    """Kill the only worker at a random moment while several runs go, then start a new one.
+
+    One long run goes on through every round and takes more kills after them: the run killed
+    many times.
+    """
+    many = Tally("worker kill -9, random points")
+    profile, nodes, edges = dag_profile(campaign, "k")
+    wf = make_workflow("kill-dag", [yolo_node(n) for n in nodes], edges)
+    chain = [f"m{i}" for i in range(1, 5)]
+    steps = 4
+    chain_profile = campaign.profile("many-kills", chain_turns(chain, steps))
+    chain_wf = make_workflow(
         "kill-chain", [yolo_node(n) for n in chain], list(zip(chain, chain[1:], strict=False))
     )
+    rng = campaign.random
     await campaign.ensure_worker()
-    folder = campaign.folder("many-kills")
-    run_id = await campaign.start(wf, profile, folder)
+    chain_folder = campaign.folder("many-kills")
+    chain_run = await campaign.start(chain_wf, chain_profile, chain_folder)
     kills = 0
-    for _ in range(plan.kills_of_one_run):
-        await asyncio.sleep(rng.uniform(0.3, 2.5))
-        if await campaign.status(run_id) in ("completed", "failed", "stopped"):
-            break
+
+    async def kill() -> None:
+        nonlocal kills
+        if await campaign.status(chain_run) not in ("completed", "failed", "stopped"):
+            kills += 1
         campaign.kill_workers()
-        kills += 1
         await campaign.spawn_worker_async()
-    status = await campaign.settle(run_id)
+
+    for _ in range(plan.kill_rounds):
+        await campaign.ensure_worker()
+        started = []
+        for _ in range(plan.runs_per_round):
+            folder = campaign.folder("kill")
+            started.append((await campaign.start(wf, profile, folder), folder))
+            await asyncio.sleep(rng.uniform(0.0, 0.8))
+        await asyncio.sleep(rng.uniform(0.2, 4.5))
+        await kill()
+        await asyncio.gather(*(judge_run(campaign, many, r, f, nodes) for r, f in started))
+    while kills < plan.kills_of_one_run:
+        await asyncio.sleep(rng.uniform(0.3, 2.5))
+        if await campaign.status(chain_run) in ("completed", "failed", "stopped"):
+            break
+        await kill()
+
+    status = await campaign.settle(chain_run)
     problems = [] if status == "completed" else [f"ended {status}"]
-    lines = ledger_lines(folder)
+    lines = ledger_lines(chain_folder)
     if duplicates(lines):
         problems.append(f"ran twice: {first(duplicates(lines))}")
-    events = await campaign.events(run_id)
+    events = await campaign.events(chain_run)
     unknown = {e.get("tool_call_id") for e in events if e.get("type") == "ToolOutcomeUnknown"}
     missing = [
         f"{n}-{k}"
         for n in chain
-        for k in range(4)
+        for k in range(steps)
         if f"{n}-{k}" not in unknown and f"{n}-{k}" not in lines
     ]
     if status == "completed" and missing:
         problems.append(f"reported done but not in the ledger: {first(missing)}")
-    one.record(not problems, f"{run_id} after {kills} kills: {'; '.join(problems)}")
+    one = Tally(f"worker kill -9, one run killed {kills}x")
+    one.record(not problems, f"{chain_run} after {kills} kills: {'; '.join(problems)}")
     return [many, one]
 
 

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -611,7 +612,7 @@ def escape_script(folder: Path, outside: Path, home: Path, race_calls: int) -> l
         _call("write-hardlink", "write", path="hard", content="EDITED-write-hardlink"),
     ]
     flipper = (
-        "setsid sh -c 'end=$(($(date +%s)+120)); "
+        "setsid sh -c 'echo $$ > flipper.pid; end=$(($(date +%s)+120)); "
         "while [ ! -e stop-flipper ] && [ $(date +%s) -lt $end ]; do "
         f"rm -rf d; mkdir d; rm -rf d; ln -s {outside} d; done; rm -rf d' "
         ">/dev/null 2>&1 </dev/null & echo started"
@@ -637,6 +638,15 @@ def escape_script(folder: Path, outside: Path, home: Path, race_calls: int) -> l
         {"tools": [_call("stop-flipper", "bash", command="touch stop-flipper")]},
         {"submit": {"summary": "tried every way out"}},
     ]
+
+
+def _alive(pid_file: Path) -> bool:
+    """Whether the flipper the run started is still going (its pid, still running its loop)."""
+    try:
+        cmdline = Path(f"/proc/{int(pid_file.read_text())}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    return b"stop-flipper" in cmdline
 
 
 def _outside_changes(outside: Path, expected: dict[str, str]) -> list[tuple[str, str]]:
@@ -666,9 +676,13 @@ async def path_escapes(campaign: Campaign, plan: Plan) -> list[Tally]:
     run_id = await campaign.start(wf, profile, folder)
     status = await campaign.settle(run_id, deadline=180)
     tally.record(status == "completed", f"the probing run ended {status}")
+    (folder / "stop-flipper").touch()
     end = time.monotonic() + 15
-    while time.monotonic() < end and (folder / "d").exists():
-        await asyncio.sleep(0.2)  # the flipper stops by itself
+    while time.monotonic() < end and _alive(folder / "flipper.pid"):
+        await asyncio.sleep(0.2)
+    if _alive(folder / "flipper.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((folder / "flipper.pid").read_text()), signal.SIGKILL)
     events = await campaign.events(run_id)
     results = {
         e.get("tool_call_id"): str(e.get("content") or "")

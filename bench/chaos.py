@@ -131,6 +131,8 @@ class Campaign:
         self.workers: list[Worker] = []
         self._client: Client | None = None
         self._profiles: dict[str, Any] = {}
+        self.mcp_servers: dict[str, Any] = {}
+        """settings.json's `mcp.servers` (set and cleared by the scenario that needs one)."""
         self._ready: Worker | None = None
 
     # --- set-up ---------------------------------------------------------------------------
@@ -138,7 +140,7 @@ class Campaign:
     async def __aenter__(self) -> Campaign:
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
-        self._write_settings()
+        self.write_settings()
         self._ready = self._standby()
         await self.server.start()
         await self.reconnect()
@@ -194,11 +196,11 @@ class Campaign:
             "script": script,
             "exhausted": "echo",
         }
-        self._write_settings()
+        self.write_settings()
         return name
 
-    def _write_settings(self) -> None:
-        data = {
+    def write_settings(self) -> None:
+        data: dict[str, Any] = {
             "active_provider": "planted",
             "providers": {
                 "planted": {
@@ -211,6 +213,8 @@ class Campaign:
             },
             "api_keys": {TENANT_SECRET: TENANT},
         }
+        if self.mcp_servers:
+            data["mcp"] = {"servers": self.mcp_servers}
         path = self.home / "settings.json"
         temp = path.with_suffix(".tmp")
         temp.write_text(json.dumps(data, indent=2))
@@ -410,6 +414,7 @@ class Plan:
     kill_rounds: int = 8
     runs_per_round: int = 3
     kills_of_one_run: int = 12
+    prepare_kills: int = 4
     server_rounds: int = 3
     stop_runs: int = 8
     stops: int = 16
@@ -426,6 +431,7 @@ class Plan:
             kill_rounds=1,
             runs_per_round=2,
             kills_of_one_run=1,
+            prepare_kills=1,
             server_rounds=1,
             stop_runs=3,
             stops=3,
@@ -445,6 +451,7 @@ def scenarios() -> dict[str, Scenario]:
 
     return {
         "worker-kill": chaos_crashes.worker_kills,
+        "prepare-kill": chaos_crashes.prepare_kills,
         "server-kill": chaos_crashes.server_kills,
         "stop-resume": chaos_crashes.stop_and_resume,
         "signals": chaos_hostile.signal_flood,

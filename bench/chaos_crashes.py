@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -131,7 +134,7 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
     profile, nodes, edges = dag_profile(campaign, "k")
     wf = make_workflow("kill-dag", [yolo_node(n) for n in nodes], edges)
     chain = [f"m{i}" for i in range(1, 5)]
-    steps = 4
+    steps = max(4, plan.kills_of_one_run)
     chain_profile = campaign.profile("many-kills", chain_turns(chain, steps))
     chain_wf = make_workflow(
         "kill-chain", [yolo_node(n) for n in chain], list(zip(chain, chain[1:], strict=False))
@@ -160,7 +163,12 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
         await kill()
         await asyncio.gather(*(judge_run(campaign, many, r, f, nodes) for r, f in started))
     while kills < plan.kills_of_one_run:
-        await asyncio.sleep(rng.uniform(0.3, 2.5))
+        # Each kill lands after the run has made progress on the new worker, at another point.
+        done = len(ledger_lines(chain_folder))
+        end = time.monotonic() + 30
+        while len(ledger_lines(chain_folder)) == done and time.monotonic() < end:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(rng.uniform(0.0, 1.5))
         if await campaign.status(chain_run) in ("completed", "failed", "stopped"):
             break
         await kill()
@@ -183,6 +191,80 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
     one = Tally(f"worker kill -9, one run killed {kills}x")
     one.record(not problems, f"{chain_run} after {kills} kills: {'; '.join(problems)}")
     return [many, one]
+
+
+MCP_SERVER = """from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("chaos")
+
+
+@server.tool(name="echo", description="Says it back.")
+def echo(text: str) -> str:
+    return text
+
+
+if __name__ == "__main__":
+    server.run()
+"""
+
+
+def _orphans(script: Path, parents: set[int]) -> list[int]:
+    """Processes running `script` whose parent is none of `parents` (their worker is gone)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if str(script).encode() in cmdline and ppid not in parents:
+            found.append(int(proc.name))
+    return found
+
+
+async def prepare_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
+    """Kill the worker while a run prepares with an MCP server configured.
+
+    The run must move on to the next worker within 60 s, and the MCP server the dead worker
+    started must be gone with it.
+    """
+    tally = Tally("worker kill -9 in prepare_run (MCP)")
+    script = campaign.root / "chaos_mcp_server.py"
+    script.write_text(MCP_SERVER)
+    campaign.mcp_servers = {
+        "chaos": {"transport": "stdio", "command": sys.executable, "args": [str(script)]}
+    }
+    campaign.write_settings()
+    profile = campaign.profile("prepare", {"p": side_effect_turns("p")})
+    wf = make_workflow("prepare-kill", [yolo_node("p")])
+    rng = campaign.random
+    try:
+        for _ in range(plan.prepare_kills):
+            await campaign.ensure_worker()
+            folder = campaign.folder("prepare")
+            run_id = await campaign.start(wf, profile, folder)
+            await asyncio.sleep(rng.uniform(0.05, 1.0))
+            campaign.kill_workers()
+            await campaign.spawn_worker_async()
+            status = await campaign.settle(run_id, deadline=60)
+            problems = [] if status == "completed" else [f"ended {status} (60 s after the kill)"]
+            if not status.startswith("stuck"):
+                events = await campaign.events(run_id)
+                problems += check_side_effects(folder, events, ["p"], known_outcomes=False)
+            parents = {w.process.pid for w in campaign.workers if w.alive}
+            orphans = _orphans(script, parents)
+            if orphans:
+                problems.append(f"{len(orphans)} MCP server(s) of the dead worker still running")
+                for pid in orphans:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+            tally.record(not problems, f"{run_id}: {'; '.join(problems)}")
+    finally:
+        campaign.mcp_servers = {}
+        campaign.write_settings()
+    return [tally]
 
 
 async def server_kills(campaign: Campaign, plan: Plan) -> list[Tally]:

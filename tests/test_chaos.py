@@ -38,6 +38,17 @@ async def test_worker_kills_repeat_nothing_and_every_run_completes(campaign: Cam
 
 @pytest.mark.xfail(
     strict=False,
+    reason="issue 17 part 5: prepare_run has no heartbeat, so a run killed there waits minutes "
+    "for its timeout, and the dead worker's MCP server lives on; waits for faster recovery",
+)
+async def test_a_kill_in_prepare_run_moves_on_and_leaves_no_mcp_server(
+    campaign: Campaign,
+) -> None:
+    await held(campaign, "prepare-kill")
+
+
+@pytest.mark.xfail(
+    strict=False,
     reason="issue 17 part 6: batches in flight during a server blip are settled 'unknown' "
     "though they ran; waits for durable batch receipts",
 )

@@ -437,7 +437,7 @@ class Plan:
             stops=3,
             payloads=3,
             http_payloads=14,
-            cli_cases=4,
+            cli_cases=3,
             race_calls=12,
         )
 

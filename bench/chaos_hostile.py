@@ -574,6 +574,22 @@ def _call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
     return {"name": name, "args": args, "id": call_id}
 
 
+FLIPPER = """import ctypes, os, time
+
+# Swap d (a folder inside) and d_alt (a link to outside) atomically, as fast as possible.
+libc = ctypes.CDLL(None, use_errno=True)
+os.mkdir("d")
+os.symlink({outside!r}, "d_alt")
+with open("flipper.pid", "w") as f:
+    f.write(str(os.getpid()))
+end = time.time() + 120
+while not os.path.exists("stop-flipper") and time.time() < end:
+    for _ in range(200):
+        libc.renameat2(-100, b"d", -100, b"d_alt", 2)
+"""
+"""A process the model starts with `bash`: it flips `d` between a folder and a link outside."""
+
+
 def escape_script(folder: Path, outside: Path, home: Path, race_calls: int) -> list[Any]:
     """The model's turns: every way out it can try, one call id per attempt."""
     rel = os.path.relpath(outside, folder)
@@ -612,10 +628,8 @@ def escape_script(folder: Path, outside: Path, home: Path, race_calls: int) -> l
         _call("write-hardlink", "write", path="hard", content="EDITED-write-hardlink"),
     ]
     flipper = (
-        "setsid sh -c 'echo $$ > flipper.pid; end=$(($(date +%s)+120)); "
-        "while [ ! -e stop-flipper ] && [ $(date +%s) -lt $end ]; do "
-        f"rm -rf d; mkdir d; rm -rf d; ln -s {outside} d; done; rm -rf d' "
-        ">/dev/null 2>&1 </dev/null & echo started"
+        f"cat > chaos_flipper.py <<'EOF'\n{FLIPPER.format(outside=str(outside))}EOF\n"
+        f"setsid {sys.executable} chaos_flipper.py >/dev/null 2>&1 </dev/null & echo started"
     )
     race = []
     for i in range(race_calls):
@@ -646,7 +660,7 @@ def _alive(pid_file: Path) -> bool:
         cmdline = Path(f"/proc/{int(pid_file.read_text())}/cmdline").read_bytes()
     except (OSError, ValueError):
         return False
-    return b"stop-flipper" in cmdline
+    return b"chaos_flipper.py" in cmdline
 
 
 def _outside_changes(outside: Path, expected: dict[str, str]) -> list[tuple[str, str]]:

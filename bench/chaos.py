@@ -57,6 +57,7 @@ RUN_DEADLINE = 120.0
 """Seconds a run may take to reach its end or expected pause before it counts as stuck."""
 
 TERMINAL = ("completed", "failed", "stopped")
+NOTES_SHOWN = 6
 
 
 @dataclass
@@ -494,14 +495,13 @@ def table(tallies: list[Tally]) -> str:
         lines.append(
             f"{t.scenario:<{width}}  {t.attempts:>8}  {t.held:>4}  {t.failed:>6}  {t.seconds:>7.1f}"
         )
-    notes = [(t.scenario, n) for t in tallies for n in t.notes]
-    if notes:
-        lines.append("")
-        lines.append("failures:")
-        for scenario, note in notes[:80]:
-            lines.append(f"  {scenario}: {note}")
-        if len(notes) > 80:
-            lines.append(f"  ... and {len(notes) - 80} more")
+    if any(t.notes for t in tallies):
+        lines += ["", "failures (a few of each):"]
+    for t in tallies:
+        for note in t.notes[:NOTES_SHOWN]:
+            lines.append(f"  {t.scenario}: {note}")
+        if len(t.notes) > NOTES_SHOWN:
+            lines.append(f"  {t.scenario}: ... and {len(t.notes) - NOTES_SHOWN} more")
     return "\n".join(lines)
 
 
@@ -527,11 +527,20 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"chaos campaign, seed {seed}", flush=True)
     started = time.monotonic()
-    tallies = asyncio.run(run_campaign(plan, args.only, seed, args.keep))
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        tallies = asyncio.run(run_campaign(plan, args.only, seed, args.keep))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     print()
     print(table(tallies))
     print(f"\n{time.monotonic() - started:.0f} s in all")
     return 1 if any(t.failed for t in tallies) else 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -724,7 +724,7 @@ async def path_escapes(campaign: Campaign, plan: Plan) -> list[Tally]:
                 or f"EDITED-{call_id}" in text
                 or (
                     call_id.startswith("race-write-")
-                    and name == f"x-{call_id.rsplit('-', 1)[1]}.txt"
+                    and f"x-{call_id.rsplit('-', 1)[1]}.txt" in name
                 )
             ):
                 problems.append(f"changed or created {name} outside")

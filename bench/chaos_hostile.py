@@ -81,11 +81,11 @@ def arguments(one: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
 
 
 def draw(strategy: st.SearchStrategy[Any], count: int, seed: int) -> list[Any]:
-    """`count` examples of `strategy`, the same ones for the same seed."""
-    drawn: list[Any] = []
+    """`count` distinct examples of `strategy`, the same ones for the same seed."""
+    drawn: dict[str, Any] = {}
 
     @settings(
-        max_examples=count,
+        max_examples=count * 3,
         database=None,
         deadline=None,
         phases=[Phase.generate],
@@ -94,10 +94,11 @@ def draw(strategy: st.SearchStrategy[Any], count: int, seed: int) -> list[Any]:
     @hypothesis_seed(seed)
     @given(strategy)
     def collect(value: Any) -> None:
-        drawn.append(value)
+        if len(drawn) < count:
+            drawn.setdefault(json.dumps(value, sort_keys=True, default=str), value)
 
     collect()
-    return drawn[:count]
+    return list(drawn.values())
 
 
 def brief(value: Any, limit: int = 90) -> str:

@@ -127,31 +127,18 @@ def chain_turns(chain: list[str], steps: int) -> dict[str, list[dict[str, Any]]]
 async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
     """Kill the only worker at a random moment while several runs go, then start a new one.
 
-    One long run goes on through every round and takes more kills after them: the run killed
-    many times.
+    Then one longer run is killed again and again, each time after it made some progress.
     """
     many = Tally("worker kill -9, random points")
     profile, nodes, edges = dag_profile(campaign, "k")
     wf = make_workflow("kill-dag", [yolo_node(n) for n in nodes], edges)
-    chain = [f"m{i}" for i in range(1, 5)]
-    steps = max(4, plan.kills_of_one_run)
+    chain = [f"m{i}" for i in range(1, 5 if plan.kills_of_one_run > 2 else 3)]
+    steps = max(3, plan.kills_of_one_run)
     chain_profile = campaign.profile("many-kills", chain_turns(chain, steps))
     chain_wf = make_workflow(
         "kill-chain", [yolo_node(n) for n in chain], list(zip(chain, chain[1:], strict=False))
     )
     rng = campaign.random
-    await campaign.ensure_worker()
-    chain_folder = campaign.folder("many-kills")
-    chain_run = await campaign.start(chain_wf, chain_profile, chain_folder)
-    kills = 0
-
-    async def kill() -> None:
-        nonlocal kills
-        if await campaign.status(chain_run) not in ("completed", "failed", "stopped"):
-            kills += 1
-        campaign.kill_workers()
-        await campaign.spawn_worker_async()
-
     for _ in range(plan.kill_rounds):
         await campaign.ensure_worker()
         started = []
@@ -160,8 +147,14 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
             started.append((await campaign.start(wf, profile, folder), folder))
             await asyncio.sleep(rng.uniform(0.0, 0.8))
         await asyncio.sleep(rng.uniform(0.2, 4.5))
-        await kill()
+        campaign.kill_workers()
+        await campaign.spawn_worker_async()
         await asyncio.gather(*(judge_run(campaign, many, r, f, nodes) for r, f in started))
+
+    await campaign.ensure_worker()
+    chain_folder = campaign.folder("many-kills")
+    chain_run = await campaign.start(chain_wf, chain_profile, chain_folder)
+    kills = 0
     while kills < plan.kills_of_one_run:
         # Each kill lands after the run has made progress on the new worker, at another point.
         done = len(ledger_lines(chain_folder))
@@ -171,7 +164,9 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
         await asyncio.sleep(rng.uniform(0.0, 1.5))
         if await campaign.status(chain_run) in ("completed", "failed", "stopped"):
             break
-        await kill()
+        campaign.kill_workers()
+        kills += 1
+        await campaign.spawn_worker_async()
 
     status = await campaign.settle(chain_run)
     problems = [] if status == "completed" else [f"ended {status}"]

@@ -304,10 +304,10 @@ async def stop_and_resume(campaign: Campaign, plan: Plan) -> list[Tally]:
     steps = max(4, 2 + 3 * plan.stops // plan.stop_runs)
     turns: dict[str, list[dict[str, Any]]] = {}
     for node_id in chain:
-        steps = []
+        batches = []
         for k in range(steps):
             command = f"echo {node_id}-{k} >> ledger.txt; sleep 0.3"
-            steps.append(
+            batches.append(
                 {
                     "tools": [
                         {"name": "bash", "args": {"command": command}, "id": f"{node_id}-{k}"}
@@ -315,7 +315,7 @@ async def stop_and_resume(campaign: Campaign, plan: Plan) -> list[Tally]:
                     "delay_ms": 200,
                 }
             )
-        turns[node_id] = [*steps, {"submit": {"summary": f"{node_id} done"}, "delay_ms": 200}]
+        turns[node_id] = [*batches, {"submit": {"summary": f"{node_id} done"}, "delay_ms": 200}]
     profile = campaign.profile("stop-resume", turns)
     wf = make_workflow("stop-chain", [yolo_node(n) for n in chain], [("r1", "r2")])
     await campaign.ensure_worker()

@@ -412,10 +412,10 @@ def first(items: list[str], count: int = 3) -> str:
 class Plan:
     """How much of each scenario to run."""
 
-    kill_rounds: int = 8
+    kill_rounds: int = 6
     runs_per_round: int = 3
-    kills_of_one_run: int = 12
-    prepare_kills: int = 4
+    kills_of_one_run: int = 8
+    prepare_kills: int = 3
     server_rounds: int = 3
     stop_runs: int = 8
     stops: int = 16

@@ -307,11 +307,6 @@ def hostile_files(folder: Path) -> dict[str, Path]:
 def cli_cases(campaign: Campaign) -> list[tuple[str, list[str], dict[str, str]]]:
     """(what, argv, env) of commands that must exit 2 with one line and no traceback."""
     f = hostile_files(campaign.root / "cli-files")
-    home_file = campaign.root / "cli-files" / "home-is-a-file"
-    home_file.write_text("x")
-    bad_settings = campaign.root / "cli-bad-settings"
-    bad_settings.mkdir(exist_ok=True)
-    (bad_settings / "settings.json").write_text("{broken")
     junk_queue = {"OPENFLOW_TASK_QUEUE": "chaos-cli-junk"}
     cases: list[tuple[str, list[str], dict[str, str]]] = [
         ("unknown command", ["frobnicate"], {}),
@@ -352,12 +347,6 @@ def cli_cases(campaign: Campaign) -> list[tuple[str, list[str], dict[str, str]]]
             {"OPENFLOW_TEMPORAL_ADDRESS": "127.0.0.1:99999"},
         ),
         ("address empty host", ["runs", "list"], {"OPENFLOW_TEMPORAL_ADDRESS": ":7233"}),
-        ("OPENFLOW_HOME is a file", ["runs", "list"], {"OPENFLOW_HOME": str(home_file)}),
-        (
-            "broken settings.json",
-            ["run", str(f["good"]), "--detach"],
-            {"OPENFLOW_HOME": str(bad_settings)},
-        ),
         (
             "OPENFLOW_TOOL_BUDGET not a number",
             ["worker"],
@@ -630,7 +619,8 @@ def escape_script(folder: Path, outside: Path, home: Path, race_calls: int) -> l
     ]
     flipper = (
         f"cat > chaos_flipper.py <<'EOF'\n{FLIPPER.format(outside=str(outside))}EOF\n"
-        f"setsid {sys.executable} chaos_flipper.py >/dev/null 2>&1 </dev/null & echo started"
+        f"setsid {sys.executable} chaos_flipper.py >/dev/null 2>&1 </dev/null &\n"
+        "while [ ! -e flipper.pid ]; do sleep 0.1; done; echo started"
     )
     race = []
     for i in range(race_calls):

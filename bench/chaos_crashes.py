@@ -127,7 +127,8 @@ def chain_turns(chain: list[str], steps: int) -> dict[str, list[dict[str, Any]]]
 async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
     """Kill the only worker at a random moment while several runs go, then start a new one.
 
-    Then one longer run is killed again and again, each time after it made some progress.
+    One longer run is killed again and again, each time after it made some progress (with few
+    kills, it runs beside the rounds and takes theirs).
     """
     many = Tally("worker kill -9, random points")
     profile, nodes, edges = dag_profile(campaign, "k")
@@ -139,6 +140,13 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
         "kill-chain", [yolo_node(n) for n in chain], list(zip(chain, chain[1:], strict=False))
     )
     rng = campaign.random
+    chain_folder = campaign.folder("many-kills")
+    chain_run = ""
+    kills = 0
+    if plan.kills_of_one_run <= plan.kill_rounds:
+        # Few kills: the rounds' own kills are the long run's kills too.
+        await campaign.ensure_worker()
+        chain_run = await campaign.start(chain_wf, chain_profile, chain_folder)
     for _ in range(plan.kill_rounds):
         await campaign.ensure_worker()
         started = []
@@ -147,14 +155,15 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
             started.append((await campaign.start(wf, profile, folder), folder))
             await asyncio.sleep(rng.uniform(0.0, 0.8))
         await asyncio.sleep(rng.uniform(0.2, 4.5))
+        if chain_run and await campaign.status(chain_run) == "running":
+            kills += 1
         campaign.kill_workers()
         await campaign.spawn_worker_async()
         await asyncio.gather(*(judge_run(campaign, many, r, f, nodes) for r, f in started))
 
-    await campaign.ensure_worker()
-    chain_folder = campaign.folder("many-kills")
-    chain_run = await campaign.start(chain_wf, chain_profile, chain_folder)
-    kills = 0
+    if not chain_run:
+        await campaign.ensure_worker()
+        chain_run = await campaign.start(chain_wf, chain_profile, chain_folder)
     while kills < plan.kills_of_one_run:
         # Each kill lands after the run has made progress on the new worker, at another point.
         done = len(ledger_lines(chain_folder))
@@ -203,7 +212,7 @@ if __name__ == "__main__":
 """
 
 
-RECOVERY_DEADLINE = 30.0
+RECOVERY_DEADLINE = 20.0
 """Seconds a one-node run killed while it prepares may take to complete on the next worker."""
 
 
@@ -226,7 +235,7 @@ def _orphans(script: Path, parents: set[int]) -> list[int]:
 async def prepare_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
     """Kill the worker while a run prepares with an MCP server configured.
 
-    The run must move on to the next worker and complete within 30 s, and the MCP server the dead worker
+    The run must move on to the next worker and complete within 20 s, and the MCP server the dead worker
     started must be gone with it.
     """
     tally = Tally("worker kill -9 in prepare_run (MCP)")
@@ -248,7 +257,7 @@ async def prepare_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
             campaign.kill_workers()
             await campaign.spawn_worker_async()
             status = await campaign.settle(run_id, deadline=RECOVERY_DEADLINE)
-            problems = [] if status == "completed" else [f"ended {status} 30 s after the kill"]
+            problems = [] if status == "completed" else [f"ended {status} 20 s after the kill"]
             if not status.startswith("stuck"):
                 events = await campaign.events(run_id)
                 problems += check_side_effects(folder, events, ["p"], known_outcomes=False)
@@ -278,7 +287,13 @@ async def server_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
         for _ in range(plan.runs_per_round):
             folder = campaign.folder("server")
             started.append((await campaign.start(wf, profile, folder), folder))
-        await asyncio.sleep(rng.uniform(0.5, 3.5))
+        # Kill it while a batch runs: a bash call has started and not ended yet.
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not any(
+            any(line.startswith("start-") for line in ledger_lines(f)) for _, f in started
+        ):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(rng.uniform(0.0, 0.2))
         campaign.server.kill()
         await asyncio.sleep(rng.uniform(0.2, 2.0))
         await campaign.server.start()

@@ -304,6 +304,10 @@ def hostile_files(folder: Path) -> dict[str, Path]:
     return paths
 
 
+SHORT_CLI = ("unknown flag", "450-deep schema (validate)", "address port too big")
+"""The CLI cases the short campaign runs first: a bad flag, a bad file, a bad value."""
+
+
 def cli_cases(campaign: Campaign) -> list[tuple[str, list[str], dict[str, str]]]:
     """(what, argv, env) of commands that must exit 2 with one line and no traceback."""
     f = hostile_files(campaign.root / "cli-files")
@@ -384,7 +388,9 @@ async def cli_input(campaign: Campaign, plan: Plan) -> list[Tally]:
     tally = Tally("malformed CLI input")
     cases = cli_cases(campaign)
     if plan.cli_cases:
-        cases = campaign.random.sample(cases, min(plan.cli_cases, len(cases)))
+        first = [c for c in cases if c[0] in SHORT_CLI]
+        rest = [c for c in cases if c[0] not in SHORT_CLI]
+        cases = (first + campaign.random.sample(rest, len(rest)))[: plan.cli_cases]
     gate = asyncio.Semaphore(3)
 
     async def one(what: str, argv: list[str], extra: dict[str, str]) -> None:

@@ -448,18 +448,18 @@ Scenario = Callable[[Campaign, Plan], Awaitable[list[Tally]]]
 
 def scenarios() -> dict[str, Scenario]:
     """Every scenario by name, in the order the campaign runs them (the secret scan last)."""
-    from bench import chaos_crashes, chaos_hostile
+    from bench import chaos_crashes, chaos_escapes, chaos_input, chaos_signals
 
     return {
         "worker-kill": chaos_crashes.worker_kills,
         "prepare-kill": chaos_crashes.prepare_kills,
         "server-kill": chaos_crashes.server_kills,
         "stop-resume": chaos_crashes.stop_and_resume,
-        "signals": chaos_hostile.signal_flood,
-        "cli": chaos_hostile.cli_input,
-        "http": chaos_hostile.http_requests,
-        "escapes": chaos_hostile.path_escapes,
-        "secrets": chaos_hostile.secret_scan,
+        "signals": chaos_signals.signal_flood,
+        "cli": chaos_input.cli_input,
+        "http": chaos_input.http_requests,
+        "escapes": chaos_escapes.path_escapes,
+        "secrets": chaos_escapes.secret_scan,
     }
 
 

@@ -34,7 +34,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.backends import open_backends
 from openflow.client import ActionRejected, RunConflict, RunError, RunNotFound, Runs
+from openflow.database import DatabaseError
 from openflow.engine.errors import WorkflowFormatError
 from openflow.engine.graph import workflow_problems
 from openflow.engine.spec import Workflow
@@ -316,6 +318,7 @@ async def serve_worker(home: Path | None = None) -> int:
 
     harden_worker_process()
     home = home or openflow_home()
+    open_backends(home)  # a database that cannot be used stops the worker here, in one line
     client = await connect_client()
     await _ensure_search_attributes(client)
     queue = task_queue()
@@ -1001,6 +1004,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return handler(args)
     except BadInput as exc:
+        print(_first_line(str(exc)), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except DatabaseError as exc:
         print(_first_line(str(exc)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

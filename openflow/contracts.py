@@ -28,6 +28,9 @@ ACTIVITY_MODEL_TURN = "model_turn"
 ACTIVITY_TOOL_BATCH = "tool_batch"
 ACTIVITY_HANDOFF = "write_handoff"
 
+#: The error type of an activity whose worker cannot see the run's folder (retry elsewhere).
+RUN_FOLDER_MISSING = "RunFolderMissing"
+
 SIGNAL_INPUT = "submit_user_input"
 SIGNAL_APPROVAL = "submit_tool_approval"
 SIGNAL_RETRY = "retry_node"
@@ -219,6 +222,7 @@ class EventsQuery(_Model):
 
 
 __all__ = [
+    "RUN_FOLDER_MISSING",
     "call_node",
     "transcript_key",
     "ToolResultWire",

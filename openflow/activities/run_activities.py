@@ -110,8 +110,10 @@ class RunActivities:
         tools: Any = None,
         provider_factory: ProviderFactory | None = None,
         env: Mapping[str, str] | None = None,
+        db: Any = None,
     ) -> None:
         self.home = home
+        self.db = db
         self.store = store
         self.live = live
         self.tools = tools
@@ -128,6 +130,26 @@ class RunActivities:
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
         self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
+        self._cluster_locks: Any = None
+        self._staging: Any = None
+
+    def cluster_locks(self) -> Any:
+        """The advisory tool locks shared with every worker (None without a database)."""
+        if self.db is None:
+            return None
+        if self._cluster_locks is None:
+            from openflow.activities.tools.cluster_locks import ClusterLocks
+
+            self._cluster_locks = ClusterLocks(self.db)
+        return self._cluster_locks
+
+    def staging(self) -> Any:
+        """Local copies of run files for tools, when the store is not on this disk."""
+        if self._staging is None:
+            from openflow.activities.tools.staging import RunStaging
+
+            self._staging = RunStaging()
+        return self._staging
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.prepare_run, self.model_turn, self.tool_batch, self.write_handoff]
@@ -171,10 +193,12 @@ class RunActivities:
             prof = settings.profile(pid)
             if prof is not None and not agent.model.strip():
                 agent.model = prof.default_model
-        execution_dir = inp.project_dir or str(self.home / "runs" / inp.run_id / "workspace")
-        Path(execution_dir).mkdir(parents=True, exist_ok=True)
-        self.store.put_bytes(
-            inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
+        execution_dir = self._execution_dir(inp)
+        await asyncio.to_thread(
+            self.store.put_bytes,
+            inp.run_id,
+            PROFILES_KEY,
+            json.dumps(profiles, sort_keys=True).encode(),
         )
         builtin = self._tool_specs_by_name()
         catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
@@ -201,9 +225,14 @@ class RunActivities:
                 for s in self.tools.specs("planning", plan_source=True)
                 if s.name == SEAL_TOOL
             ]
-        self.store.put_bytes(inp.run_id, "catalog.json", json.dumps(catalog).encode())
-        self.store.put_bytes(
-            inp.run_id, RUN_KEY, json.dumps({"execution_dir": execution_dir}).encode()
+        await asyncio.to_thread(
+            self.store.put_bytes, inp.run_id, "catalog.json", json.dumps(catalog).encode()
+        )
+        await asyncio.to_thread(
+            self.store.put_bytes,
+            inp.run_id,
+            RUN_KEY,
+            json.dumps({"execution_dir": execution_dir}).encode(),
         )
         return c.PrepareResult(
             workflow=wf,
@@ -215,6 +244,26 @@ class RunActivities:
             agents=self._callable_agents(wf),
             read_tools=read_tools,
         )
+
+    def _execution_dir(self, inp: c.PrepareInput) -> str:
+        """The folder the run's tools work in: its project, or its own workspace.
+
+        The workspace is `$OPENFLOW_WORKSPACES/<run_id>` when that is set (a volume every worker
+        mounts), else `$OPENFLOW_HOME/runs/<run_id>/workspace`. A folder this worker cannot see
+        fails the activity retryably (another worker may see it); it is never made elsewhere.
+        """
+        if inp.project_dir:
+            require_folder(Path(inp.project_dir))
+            return inp.project_dir
+        root = self.env.get("OPENFLOW_WORKSPACES", "").strip()
+        if not root:
+            folder = self.home / "runs" / inp.run_id / "workspace"
+            folder.mkdir(parents=True, exist_ok=True)
+            return str(folder)
+        require_folder(Path(root), "OPENFLOW_WORKSPACES")
+        folder = Path(root) / inp.run_id
+        folder.mkdir(exist_ok=True)
+        return str(folder)
 
     def _callable_agents(self, wf: Workflow) -> list[CallableAgent]:
         """The saved agents the workflow's nodes may call, read from agents.json (spec 6)."""
@@ -292,7 +341,9 @@ class RunActivities:
     def _remote_store(self, run_id: str) -> bool:
         # Local stores can tell whether a log changed (`stamp`); remote ones are read over the
         # network and never on the event loop.
-        return getattr(self.store, "stamp", None) is None
+        return (
+            bool(getattr(self.store, "remote", False)) or getattr(self.store, "stamp", None) is None
+        )
 
     def _transcript(self, run_id: str, key: str) -> list[TranscriptItem]:
         """The stored transcript's items; lines read before are not parsed again, and a log
@@ -327,7 +378,8 @@ class RunActivities:
             )
         try:
             if inp.delta.items or inp.node_id == REVIEW_NODE or self._remote_store(inp.run_id):
-                prepared = await asyncio.to_thread(self._prepare_turn, inp)
+                # Heartbeating: a store riding out a database restart must not look dead.
+                prepared = await heartbeating(asyncio.to_thread(self._prepare_turn, inp))
             else:
                 # Nothing to write (the last turn left its reply in place) on the local disk:
                 # no thread hop for what is a lock, a stat and a cached read.
@@ -393,7 +445,7 @@ class RunActivities:
             tools = tools.model_copy(update={"results": anonymous})
         # The reply (and any results) go straight after what this turn sent, synced: the next
         # turn finds them in place, and they are the only full copy of the tools' output.
-        await asyncio.to_thread(self._keep_reply, inp, persisted, items)
+        await heartbeating(asyncio.to_thread(self._keep_reply, inp, persisted, items))
         return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=tools)
 
     def _keep_reply(
@@ -564,8 +616,13 @@ class RunActivities:
         """Run one batch, store its full results and return what history keeps."""
         result, full = await self._execute_tools(inp)
         # Synced: this is the only full copy of the tools' output (history keeps previews).
-        await asyncio.to_thread(
-            self.store.put_bytes, inp.run_id, c.batch_key(inp.batch_id), _ITEMS.dump_json(full)
+        await heartbeating(
+            asyncio.to_thread(
+                self.store.put_bytes,
+                inp.run_id,
+                c.batch_key(inp.batch_id),
+                _ITEMS.dump_json(full),
+            )
         )
         return result
 
@@ -574,7 +631,11 @@ class RunActivities:
     ) -> tuple[c.ToolBatchResult, list[TranscriptItem]]:
         """Run one batch (heartbeating): its result for history and its full result items."""
         if not inp.execution_dir:
-            run = self._run_file(inp.run_id, RUN_KEY)
+            run = (
+                await asyncio.to_thread(self._run_file, inp.run_id, RUN_KEY)
+                if self._remote_store(inp.run_id)
+                else self._run_file(inp.run_id, RUN_KEY)
+            )
             folder = run.get("execution_dir") if isinstance(run, dict) else None
             inp = inp.model_copy(
                 update={
@@ -663,6 +724,19 @@ class RunActivities:
         )
 
 
+def require_folder(folder: Path, what: str = "the run's folder") -> None:
+    """Fail the activity retryably when `folder` is not visible here (another worker may see it)."""
+    if folder.is_dir():
+        return
+    from temporalio.exceptions import ApplicationError
+
+    raise ApplicationError(
+        f"{what} {str(folder)!r} is not visible on this worker; mount the shared workspace "
+        "volume (or the project folder) at the same path on every worker",
+        type=c.RUN_FOLDER_MISSING,
+    )
+
+
 def raise_app(message: str) -> None:
     """Fail an activity for good with a message a person can act on."""
     from temporalio.exceptions import ApplicationError
@@ -670,4 +744,10 @@ def raise_app(message: str) -> None:
     raise ApplicationError(message, non_retryable=True)
 
 
-__all__ = ["RunActivities", "handoff_segment", "heartbeating", "preview"]
+__all__ = [
+    "RunActivities",
+    "handoff_segment",
+    "heartbeating",
+    "preview",
+    "require_folder",
+]

@@ -42,11 +42,20 @@ def tool_env(env: dict[str, str]) -> dict[str, str]:
 
 async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
     """Execute a batch with the worker's shared locks, budget and the run's result cache."""
+    from openflow.activities.run_activities import require_folder
     from openflow.activities.tools.base import ToolContext
     from openflow.activities.tools.cache import ResultCache
     from openflow.activities.tools.executor import LockTable, execute_batch
 
-    run_dir = acts.store.run_dir(inp.run_id) or Path(inp.execution_dir)
+    execution_dir = Path(inp.execution_dir)
+    require_folder(execution_dir)
+    run_dir = acts.store.run_dir(inp.run_id)
+    staging, staged = None, {}
+    if run_dir is None:
+        # The store is not on this disk: tools work on a local copy of the run's files.
+        staging = acts.staging()
+        staged = await asyncio.to_thread(staging.pull, acts.store, inp.run_id)
+        run_dir = staging.folder(inp.run_id)
     events: list[dict[str, Any]] = []
     cancel = asyncio.Event()
     live = acts.live
@@ -58,7 +67,7 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
     ctx = ToolContext(
         run_id=inp.run_id,
         node_id=inp.node_id,
-        execution_dir=Path(inp.execution_dir),
+        execution_dir=execution_dir,
         run_dir=run_dir,
         retry_policy=(inp.max_attempts, inp.backoff_ms),
         emit=events.append,
@@ -66,7 +75,16 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
         cancel=cancel,
         env=tool_env(dict(os.environ)),
     )
-    locks = acts._locks.setdefault(inp.run_id, LockTable())
+    locks = acts._locks.get(inp.run_id)
+    if locks is None:
+        cluster = acts.cluster_locks()
+        if cluster is None:
+            locks = LockTable()
+        else:
+            from openflow.activities.tools.cluster_locks import SharedLockTable
+
+            locks = SharedLockTable(cluster, inp.run_id, execution_dir)
+        locks = acts._locks.setdefault(inp.run_id, locks)
     cache = acts._caches.setdefault(inp.run_id, ResultCache())
     async with _batch_tools(acts, inp) as registry:
         work = asyncio.create_task(
@@ -79,6 +97,9 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
             with contextlib.suppress(Exception):
                 await work
             raise
+        finally:
+            if staging is not None:
+                await asyncio.to_thread(staging.push, acts.store, inp.run_id, staged)
     return BatchRun(
         results=list(outcome.results),
         interrupted=bool(outcome.interrupted),

@@ -8,6 +8,7 @@ import sys
 from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from temporalio.client import Client
@@ -42,16 +43,19 @@ def create_app(
     task_queue: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     live: LiveSource | None = None,
+    store: Any = None,
     require_keys: bool = False,
     poll_interval: float = 0.25,
     keepalive_interval: float = 15.0,
 ) -> FastAPI:
     """The API app; without `client` it connects to `$OPENFLOW_TEMPORAL_ADDRESS` at start-up."""
     home = home if home is not None else openflow_home()
-    if live is None:
-        from openflow.live import FileLiveChannel
+    if live is None or store is None:
+        from openflow.backends import open_backends
 
-        live = FileLiveChannel(home / "runs")
+        backends = open_backends(home)
+        live = live if live is not None else backends.live
+        store = store if store is not None else backends.store
     context = ApiContext(
         home=home,
         task_queue=task_queue or default_task_queue(),
@@ -59,6 +63,7 @@ def create_app(
         address=temporal_address(),
         keys=TenantKeys(home, require_keys=require_keys),
         live=live,
+        store=store,
         poll_interval=poll_interval,
         keepalive_interval=keepalive_interval,
         client=client,

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -35,6 +35,8 @@ class ApiContext:
     address: str
     keys: TenantKeys
     live: LiveSource | None = None
+    #: The run store (`openflow.activities.store.RunStore`) handoffs and artifacts are read from.
+    store: Any = None
     poll_interval: float = 0.25
     keepalive_interval: float = 15.0
     client: Client | None = None

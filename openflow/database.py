@@ -142,15 +142,17 @@ BEGIN
     INSERT INTO openflow_blobs (run_id, key, data) VALUES (p_run, p_key, p_data)
     ON CONFLICT (run_id, key) DO UPDATE SET data = excluded.data, updated_at = now();
 END $$;
-CREATE FUNCTION openflow_append(p_run text, p_key text, p_lines text[], p_expected integer)
-RETURNS integer LANGUAGE plpgsql AS $$
+CREATE FUNCTION openflow_append(
+    p_run text, p_key text, p_lines text[], p_expected integer, OUT length integer,
+    OUT generation bigint
+) LANGUAGE plpgsql AS $$
 DECLARE
     have integer;
     added integer := coalesce(array_length(p_lines, 1), 0);
 BEGIN
     INSERT INTO openflow_logs (run_id, key) VALUES (p_run, p_key) ON CONFLICT DO NOTHING;
-    SELECT length INTO have FROM openflow_logs
-    WHERE run_id = p_run AND key = p_key FOR UPDATE;
+    SELECT g.length INTO have FROM openflow_logs AS g
+    WHERE g.run_id = p_run AND g.key = p_key FOR UPDATE;
     IF have < p_expected THEN
         RAISE EXCEPTION 'log %/% holds % lines but the caller expected %',
             p_run, p_key, have, p_expected USING ERRCODE = 'OF001';
@@ -162,9 +164,9 @@ BEGIN
     INSERT INTO openflow_log_lines (run_id, key, idx, line)
     SELECT p_run, p_key, p_expected + t.o - 1, t.l
     FROM unnest(p_lines) WITH ORDINALITY AS t(l, o);
-    UPDATE openflow_logs SET length = p_expected + added, generation = generation + 1
-    WHERE run_id = p_run AND key = p_key;
-    RETURN p_expected + added;
+    UPDATE openflow_logs AS g SET length = p_expected + added, generation = g.generation + 1
+    WHERE g.run_id = p_run AND g.key = p_key
+    RETURNING g.length, g.generation INTO length, generation;
 END $$;
 CREATE TABLE openflow_live_runs (
     run_id text PRIMARY KEY,

@@ -43,6 +43,7 @@ class PostgresRunStore:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._appended: dict[tuple[str, str], tuple[int, int]] = {}
 
     def __repr__(self) -> str:
         return f"PostgresRunStore({self.db.where!r})"
@@ -117,7 +118,7 @@ class PostgresRunStore:
         def op(conn: psycopg.Connection[Any]) -> int:
             try:
                 row = conn.execute(
-                    "SELECT openflow_append(%s, %s, %s::text[], %s)",
+                    "SELECT length, generation FROM openflow_append(%s, %s, %s::text[], %s)",
                     (run, name, texts, expected_len),
                 ).fetchone()
             except psycopg.DatabaseError as exc:
@@ -128,9 +129,16 @@ class PostgresRunStore:
                     ) from None
                 raise
             assert row is not None
+            self._appended[(run, name)] = (int(row[0]), int(row[1]))
+            while len(self._appended) > 1024:
+                self._appended.pop(next(iter(self._appended)), None)
             return int(row[0])
 
         return self.db.run(op, f"appending to {key!r} of run {run_id!r}")
+
+    def appended_stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
+        """The log's stamp as this store's last append to it left it (no round trip)."""
+        return self._appended.get((run_id, key))
 
     def stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
         """The log's length and generation, to tell whether it changed since it was read."""

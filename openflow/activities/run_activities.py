@@ -305,7 +305,9 @@ class RunActivities:
         """Store what this turn adds to the transcript and load what the provider needs."""
         header_key = f"headers/{inp.header_digest}.json"
         if inp.header is not None:
-            if not self.store.exists(inp.run_id, header_key):
+            # A remote store is not asked first: writing the cache in the background is
+            # cheaper than a round trip on the turn's path.
+            if self._remote_store(inp.run_id) or not self.store.exists(inp.run_id, header_key):
                 self._cache_blob(inp.run_id, header_key, inp.header.model_dump_json().encode())
             header = inp.header
         else:
@@ -456,7 +458,10 @@ class RunActivities:
         self.store.append_lines(inp.run_id, key, lines, expected_len=persisted)
         seen = self._transcripts.get((inp.run_id, key))
         if seen is not None and len(seen[0]) == persisted:
-            both = ([*seen[0], *lines], [*seen[1], *items], self._stamp(inp.run_id, key))
+            appended = getattr(self.store, "appended_stamp", None)
+            stamp = appended(inp.run_id, key) if appended is not None else None
+            stamp = stamp if stamp is not None else self._stamp(inp.run_id, key)
+            both = ([*seen[0], *lines], [*seen[1], *items], stamp)
             self._remember(self._transcripts, (inp.run_id, key), both, 64)
 
     def _cache_blob(self, run_id: str, key: str, data: bytes) -> None:

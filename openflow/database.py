@@ -148,8 +148,19 @@ CREATE FUNCTION openflow_append(
 ) LANGUAGE plpgsql AS $$
 DECLARE
     have integer;
+    gen bigint;
     added integer := coalesce(array_length(p_lines, 1), 0);
 BEGIN
+    IF added = 0 THEN
+        -- Nothing to add to a log already as expected: read only, so nothing to flush.
+        SELECT g.length, g.generation INTO have, gen FROM openflow_logs AS g
+        WHERE g.run_id = p_run AND g.key = p_key;
+        IF (NOT FOUND AND p_expected = 0) OR have = p_expected THEN
+            length := coalesce(have, 0);
+            generation := coalesce(gen, 0);
+            RETURN;
+        END IF;
+    END IF;
     INSERT INTO openflow_logs (run_id, key) VALUES (p_run, p_key) ON CONFLICT DO NOTHING;
     SELECT g.length INTO have FROM openflow_logs AS g
     WHERE g.run_id = p_run AND g.key = p_key FOR UPDATE;

@@ -128,6 +128,7 @@ class RunActivities:
             tuple[str, str], tuple[list[str], list[TranscriptItem], tuple[int, int] | None]
         ] = {}
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
+        self._headers: dict[tuple[str, str], AgentRequest] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
         self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
         self._cluster_locks: Any = None
@@ -311,7 +312,14 @@ class RunActivities:
                 self._cache_blob(inp.run_id, header_key, inp.header.model_dump_json().encode())
             header = inp.header
         else:
-            header = AgentRequest.model_validate_json(self.store.get_bytes(inp.run_id, header_key))
+            # A header is named by its digest, so what was read once is good for every turn.
+            cached = self._headers.get((inp.run_id, header_key))
+            if cached is None:
+                cached = AgentRequest.model_validate_json(
+                    self.store.get_bytes(inp.run_id, header_key)
+                )
+                self._remember(self._headers, (inp.run_id, header_key), cached, limit=256)
+            header = cached
         request = header.model_copy(update={"turn_index": inp.turn_index})
         if request.node_id == REVIEW_NODE:
             request = self._with_conversations(inp.run_id, request)

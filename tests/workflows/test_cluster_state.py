@@ -120,3 +120,48 @@ async def test_the_run_goes_on_after_the_database_is_down_for_ten_seconds(
         assert ledger.read_text().split() == [str(i) for i in range(6)]
     finally:
         server.close()
+
+
+async def test_a_worker_that_cannot_see_the_folder_retries_and_never_writes_elsewhere(
+    client: Client, task_queue: str, tmp_path: Path, openflow_home: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    write_scripted_settings(
+        openflow_home,
+        {
+            "work": [
+                {"message": "thinking", "delay_ms": 1500},
+                {"tools": [{"name": "write", "args": {"path": "made.txt", "content": "ok"}}]},
+                {"submit": {"summary": "done"}},
+            ]
+        },
+    )
+    wf = make_workflow([node("work", tools={"approvalMode": "yolo"})], [])
+    away = tmp_path / "unmounted"
+    async with build_worker(client, task_queue, openflow_home):
+        harness = Harness(client, task_queue, openflow_home)
+        run_id = await harness.start(wf, project_dir=str(project))
+        await harness.wait_for(run_id, lambda s: s["statusByNode"].get("work") == "started")
+        project.rename(away)  # the volume is gone from this worker
+        history = harness.handle(run_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:
+            events = [e async for e in history.fetch_history_events()]
+            failed = [
+                e.activity_task_failed_event_attributes.failure.message
+                for e in events
+                if e.HasField("activity_task_failed_event_attributes")
+            ]
+            if failed:
+                break
+            assert loop.time() < deadline, "the batch never failed"
+            await asyncio.sleep(0.1)
+        assert "is not visible on this worker" in failed[0]
+        assert not project.exists(), "the project folder was made again elsewhere"
+        away.rename(project)  # mounted again: the batch runs on the next try
+        result = await harness.result(run_id, timeout=60)
+        assert result.status == "completed", result
+        await harness.replay(run_id)
+    assert (project / "made.txt").read_text() == "ok"

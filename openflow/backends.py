@@ -17,7 +17,7 @@ from openflow.activities.store import FileRunStore, RunStore
 from openflow.database import Database, database_url
 from openflow.live import FileLiveChannel, LiveChannel
 
-__all__ = ["Backends", "open_backends", "open_shared_database"]
+__all__ = ["Backends", "close_shared_database", "open_backends", "open_shared_database"]
 
 _OPEN: dict[str, Database] = {}
 _LOCK = threading.Lock()
@@ -39,6 +39,14 @@ def open_shared_database(url: str) -> Database:
         if db is None:
             db = _OPEN[url] = Database(url).open()
         return db
+
+
+def close_shared_database(url: str) -> None:
+    """Close this process's handle on `url` (its pool, live sender and lock connections)."""
+    with _LOCK:
+        db = _OPEN.pop(url, None)
+    if db is not None:
+        db.close()
 
 
 def open_backends(home: Path, env: Mapping[str, str] | None = None) -> Backends:

@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 
 from openflow.activities.pgstore import PostgresRunStore
-from openflow.backends import open_shared_database
+from openflow.backends import close_shared_database, open_shared_database
 from openflow.testing import write_scripted_settings
 from openflow.worker import build_worker
 from tests.pg import PgServer
@@ -78,6 +78,7 @@ async def test_a_run_on_the_database_writes_nothing_under_the_worker_home(
     spilled = [k for k in keys if k.startswith("artifacts/") and k.endswith("-bash.txt")]
     assert len(spilled) == 1 and b"\n20000\n" in store.get_bytes(run_id, spilled[0])
     assert any(k.startswith("snapshots/") for k in keys), "the overwrite's before-snapshot"
+    close_shared_database(pg_url)
     # The second node read the first one's handoff through the store, on the worker's copy.
     read = [e for e in events if e["type"] == "ToolCompleted" and e.get("tool_name") == "read"]
     assert read and "made it" in json.dumps(read[0])
@@ -119,6 +120,7 @@ async def test_the_run_goes_on_after_the_database_is_down_for_ten_seconds(
             await harness.replay(run_id)
         assert ledger.read_text().split() == [str(i) for i in range(6)]
     finally:
+        close_shared_database(server.url)
         server.close()
 
 

@@ -329,7 +329,9 @@ class RunActivities:
             line for item in inp.delta.items for line in self._resolve(inp.run_id, item, blobs, key)
         ]
         persisted = self.store.append_lines(inp.run_id, key, lines, expected_len=inp.delta.base_len)
-        transcript = self._transcript(inp.run_id, key)
+        transcript = self._appended_transcript(inp.run_id, key, inp.delta.base_len, lines)
+        if transcript is None:
+            transcript = self._transcript(inp.run_id, key)
         tools = self._offered(inp.run_id, request.tool_names)
         return request, transcript, tools, persisted
 
@@ -372,6 +374,36 @@ class RunActivities:
                 items.append(_ITEM.validate_json(line))
         self._remember(self._transcripts, (run_id, key), (lines, items, stamp), limit=64)
         return items
+
+    def _appended_transcript(
+        self, run_id: str, key: str, base: int, lines: list[str]
+    ) -> list[TranscriptItem] | None:
+        """The transcript as the append just made it, when that is known without reading it.
+
+        A store whose appends report the log's generation (PostgreSQL) tells whether anyone
+        else wrote since this worker last saw the log; a log has one writer at a time.
+        """
+        appended = getattr(self.store, "appended_stamp", None)
+        after = appended(run_id, key) if appended is not None else None
+        if after is None:
+            return None
+        seen = self._transcripts.get((run_id, key))
+        if base == 0:
+            kept_lines: list[str] = []
+            kept_items: list[TranscriptItem] = []
+        elif seen is None or seen[2] is None or len(seen[0]) < base:
+            return None
+        elif after[1] == seen[2][1] + (1 if lines else 0):
+            # Only this append changed the log since (an append of nothing changes nothing).
+            kept_lines, kept_items = seen[0][:base], seen[1][:base]
+        else:
+            return None
+        items = [*kept_items, *(_ITEM.validate_json(line) for line in lines)]
+        all_lines = [*kept_lines, *lines]
+        if len(all_lines) != after[0]:
+            return None
+        self._remember(self._transcripts, (run_id, key), (all_lines, items, after), limit=64)
+        return list(items)
 
     def _stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
         stamp = getattr(self.store, "stamp", None)

@@ -204,3 +204,25 @@ def test_the_review_reads_each_conversation_from_the_store(acts: RunActivities) 
     text = request.input["runEvidence"]
     assert isinstance(text, str) and "I looked at everything twice." in text
     assert json.loads(text)["nodes"][0]["transcript"] == [said.model_dump(mode="json")]
+
+
+def test_a_transcript_another_worker_wrote_to_is_read_again(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENFLOW_DATABASE_URL", pg_url)
+    mine = make_activities(tmp_path / "a", provider_factory=None)
+    other = make_activities(tmp_path / "b", provider_factory=None)
+    first = TranscriptDelta(base_len=0, items=(UserItem(content="go"),))
+    _, transcript, _, _ = mine._prepare_turn(_turn(first))
+    assert transcript == [UserItem(content="go")]
+    # The next turn ran on the other worker, which also kept its reply.
+    later = TranscriptDelta(base_len=1, items=(AssistantItem(content="from b"),))
+    other._prepare_turn(_turn(later, "model:busy-4"))
+    again = TranscriptDelta(base_len=2, items=(UserItem(content="back on a"),))
+    _, transcript, _, persisted = mine._prepare_turn(_turn(again, "model:busy-5"))
+    assert persisted == 3
+    assert transcript == [
+        UserItem(content="go"),
+        AssistantItem(content="from b"),
+        UserItem(content="back on a"),
+    ]

@@ -58,7 +58,7 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
         if reads_run_files(inp.calls):
             staged = await asyncio.to_thread(staging.pull, acts.store, inp.run_id)
         else:
-            staged = await asyncio.to_thread(staging.local, inp.run_id)
+            staged = staging.local(inp.run_id)  # a scan of a small local folder
         run_dir = staging.folder(inp.run_id)
     events: list[dict[str, Any]] = []
     cancel = asyncio.Event()
@@ -103,7 +103,9 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
             raise
         finally:
             if staging is not None:
-                await asyncio.to_thread(staging.push, acts.store, inp.run_id, staged)
+                changed = staging.changed(inp.run_id, staged)
+                if changed:
+                    await asyncio.to_thread(staging.push, acts.store, inp.run_id, changed)
     return BatchRun(
         results=list(outcome.results),
         interrupted=bool(outcome.interrupted),

@@ -88,19 +88,22 @@ class RunStaging:
         self._known(run_id)
         return self._stamps(folder)
 
-    def push(self, store: Any, run_id: str, before: dict[str, tuple[int, int]]) -> list[str]:
-        """Put every file added or changed since `before` into the store; return their keys."""
+    def changed(self, run_id: str, before: dict[str, tuple[int, int]]) -> list[str]:
+        """The keys of the files added or changed since `before` (a scan of the local copy)."""
+        stamps = self._stamps(self.folder(run_id))
+        return sorted(key for key, stamp in stamps.items() if before.get(key) != stamp)
+
+    def push(self, store: Any, run_id: str, keys: list[str]) -> None:
+        """Put the local files under `keys` into the store."""
         folder = self.folder(run_id)
         known = self._known(run_id)
-        pushed: list[str] = []
-        for key, stamp in sorted(self._stamps(folder).items()):
-            if before.get(key) == stamp:
-                continue
-            data = (folder / key).read_bytes()
+        for key in keys:
+            path = folder / key
+            data = path.read_bytes()
             store.put_bytes(run_id, key, data)
-            known[key] = (_md5(data), *stamp)
-            pushed.append(key)
-        return pushed
+            stamp = _stat(path)
+            if stamp is not None:
+                known[key] = (_md5(data), *stamp)
 
     @staticmethod
     def _stamps(folder: Path) -> dict[str, tuple[int, int]]:

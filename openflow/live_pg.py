@@ -173,7 +173,8 @@ class PostgresLiveChannel:
                         await conn.execute(f"LISTEN {CHANNEL}")
                         backoff = 0.1
                     except psycopg.Error:
-                        conn = await _closed(conn)
+                        await _close(conn)
+                        conn = None
                         await asyncio.sleep(backoff)
                         backoff = min(backoff * 2, 5.0)
                         continue
@@ -185,7 +186,8 @@ class PostgresLiveChannel:
                     )
                     rows = await cur.fetchall()
                 except psycopg.Error:
-                    conn = await _closed(conn)
+                    await _close(conn)
+                    conn = None
                     continue
                 for seq, text in rows:
                     cursor = int(seq)
@@ -200,13 +202,13 @@ class PostgresLiveChannel:
                     async for _ in conn.notifies(timeout=interval, stop_after=1):
                         pass
                 except psycopg.Error:
-                    conn = await _closed(conn)
+                    await _close(conn)
+                    conn = None
         finally:
-            await _closed(conn)
+            await _close(conn)
 
 
-async def _closed(conn: psycopg.AsyncConnection[Any] | None) -> None:
+async def _close(conn: psycopg.AsyncConnection[Any] | None) -> None:
     if conn is not None:
         with contextlib.suppress(Exception):
             await conn.close()
-    return None

@@ -622,6 +622,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         project = str(args.project.resolve())
     if args.run_id is not None and not args.run_id.strip():
         raise BadInput("--run-id is empty; give an id or leave the option out")
+    if not args.detach:
+        open_backends(openflow_home())  # the live channel: an unusable database stops us here
     return _run(_start_and_follow(args, workflow, project))
 
 

@@ -48,26 +48,10 @@ def test_a_schema_newer_than_the_code_is_refused_and_left_untouched(pg_url: str)
         assert conn.execute("SELECT to_regclass('openflow_future')").fetchone() != (None,)
 
 
-@pytest.mark.parametrize(
-    ("command", "url", "says"),
-    [
-        (
-            ["worker"],
-            f"postgresql://openflow:s3cretpw@127.0.0.1:{free_port()}/runs",
-            "nothing answers there",
-        ),
-        (
-            ["api", "--port", str(free_port())],
-            "mysql://openflow:s3cretpw@db/runs",
-            "must start with postgresql://",
-        ),
-    ],
-)
-def test_an_unusable_database_stops_the_command_in_one_line(
-    url: str, says: str, command: list[str], tmp_path: Path
-) -> None:
+def test_a_worker_whose_database_is_unreachable_stops_in_one_line(tmp_path: Path) -> None:
+    url = f"postgresql://openflow:s3cretpw@127.0.0.1:{free_port()}/runs"
     done = subprocess.run(
-        [sys.executable, "-m", "openflow.cli", *command],
+        [sys.executable, "-m", "openflow.cli", "worker"],
         env=_env(
             OPENFLOW_DATABASE_URL=url,
             OPENFLOW_HOME=str(tmp_path),
@@ -79,8 +63,43 @@ def test_an_unusable_database_stops_the_command_in_one_line(
     )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], done.stderr
+    assert len(lines) == 1 and "nothing answers there" in lines[0], done.stderr
     assert "s3cretpw" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "url", "says"),
+    [
+        (["api"], "mysql://openflow:s3cretpw@db/runs", "must start with postgresql://"),
+        (["run", "wf.json"], "postgresql://openflow:s3cretpw@db:notaport/x", "invalid port"),
+    ],
+)
+def test_commands_refuse_a_misconfigured_database_in_one_line(
+    command: list[str],
+    url: str,
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from openflow.cli import main
+
+    (tmp_path / "wf.json").write_text(WORKFLOW)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("OPENFLOW_DATABASE_URL", url)
+    monkeypatch.setenv("OPENFLOW_TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
+    code = main([*command, "--port", str(free_port())] if command == ["api"] else command)
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], err
+    assert "s3cretpw" not in out + err
+
+
+WORKFLOW = """{"id": "wf", "name": "wf", "edges": [], "nodes": [{"id": "a", "label": "a",
+ "kind": "agent", "position": {"x": 0, "y": 0}, "agent": {"system_prompt": "s",
+ "task_prompt": "t", "model": "m", "output_schema": {"type": "object"}}}]}"""
 
 
 def test_a_wrong_password_is_named_without_the_password(pg_server: object) -> None:

@@ -46,6 +46,8 @@ MIGRATION_LOCK = 0x0F10_5C4E_3A00_0001
 CONNECT_TIMEOUT_S = 5
 #: How long a store call waits for the database to come back before it fails.
 RETRY_WINDOW_S = 30.0
+#: After a lost connection, calls connect directly while the pool has nothing idle this long.
+RECOVERY_S = 30.0
 
 
 class DatabaseError(Exception):
@@ -251,6 +253,7 @@ class Database:
         self._closers: list[Callable[[], None]] = []
         #: The process's live channel on this database (one sender thread per process).
         self.live: Any = None
+        self._direct_until = 0.0
 
     def __repr__(self) -> str:
         return f"Database({self.where!r})"
@@ -288,6 +291,13 @@ class Database:
         assert self._pool is not None
         return self._pool
 
+    def _pool_ready(self) -> bool:
+        """Whether the pool holds an idle connection (so taking one does not wait)."""
+        try:
+            return int(self.pool.get_stats().get("pool_available", 0)) > 0
+        except Exception:  # a closed or broken pool: connect directly
+            return False
+
     def on_close(self, closer: Callable[[], None]) -> None:
         """Run `closer` when the database handle closes (live publishers, lock pools)."""
         self._closers.append(closer)
@@ -317,11 +327,21 @@ class Database:
 
         deadline = time.monotonic() + self.retry_window_s
         delay = 0.1
+        failed = time.monotonic() < self._direct_until and not self._pool_ready()
         while True:
             try:
-                with self.connection() as conn:
-                    return op(conn)
+                if not failed:
+                    with self.connection() as conn:
+                        return op(conn)
+                # After a failure the pool heals in the background, with its own backoff: a
+                # direct connection goes on as soon as the server is back.
+                with psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                ) as direct:
+                    return op(direct)
             except (psycopg.OperationalError, PoolTimeout) as exc:
+                failed = True
+                self._direct_until = time.monotonic() + RECOVERY_S
                 if isinstance(exc, psycopg.errors.QueryCanceled):
                     raise
                 if time.monotonic() + delay > deadline:

@@ -156,3 +156,27 @@ async def test_two_workers_never_hold_the_same_path_at_once(pg_url: str, tmp_pat
     finally:
         if other.poll() is None:
             other.kill()
+
+
+def test_a_store_call_fails_retryably_while_the_database_is_down_then_works_again() -> None:
+    from openflow.activities.pgstore import PostgresRunStore
+    from openflow.database import DatabaseUnavailable
+    from tests.pg import PgServer
+
+    server = PgServer()
+    server.start()
+    try:
+        db = Database(server.url, retry_window_s=1.0).open()
+        store = PostgresRunStore(db)
+        store.append_lines("run-1", "transcripts/a.jsonl", ["one"], 0)
+        server.stop()
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable, match=r"127\.0\.0\.1:\d+/postgres is unavailable"):
+            store.append_lines("run-1", "transcripts/a.jsonl", ["two"], 1)
+        assert time.monotonic() - started < 10
+        server.start()
+        assert store.append_lines("run-1", "transcripts/a.jsonl", ["two"], 1) == 2
+        assert store.read_lines("run-1", "transcripts/a.jsonl") == ["one", "two"]
+        db.close()
+    finally:
+        server.close()

@@ -129,6 +129,7 @@ class RunActivities:
         ] = {}
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
         self._headers: dict[tuple[str, str], AgentRequest] = {}
+        self._batches: dict[tuple[str, str], bytes] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
         self._budget = asyncio.Semaphore(int(self.env.get("OPENFLOW_TOOL_BUDGET", "16") or 16))
         self._cluster_locks: Any = None
@@ -559,7 +560,9 @@ class RunActivities:
         stored = blobs.get(item.store_key)
         if stored is None:
             try:
-                stored = json.loads(self.store.get_bytes(run_id, item.store_key))
+                kept = self._batches.get((run_id, item.store_key))
+                data = kept if kept is not None else self.store.get_bytes(run_id, item.store_key)
+                stored = json.loads(data)
             except ValueError as exc:
                 raise KeyNotFound(f"{item.store_key} cannot be read: {exc}") from exc
             if not isinstance(stored, list):
@@ -661,14 +664,12 @@ class RunActivities:
         """Run one batch, store its full results and return what history keeps."""
         result, full = await self._execute_tools(inp)
         # Synced: this is the only full copy of the tools' output (history keeps previews).
+        data = _ITEMS.dump_json(full)
         await heartbeating(
-            asyncio.to_thread(
-                self.store.put_bytes,
-                inp.run_id,
-                c.batch_key(inp.batch_id),
-                _ITEMS.dump_json(full),
-            )
+            asyncio.to_thread(self.store.put_bytes, inp.run_id, c.batch_key(inp.batch_id), data)
         )
+        # The next turn of the node usually runs here and refers to these results: keep them.
+        self._remember(self._batches, (inp.run_id, c.batch_key(inp.batch_id)), data, limit=64)
         return result
 
     async def _execute_tools(

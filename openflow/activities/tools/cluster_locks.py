@@ -41,6 +41,7 @@ class ClusterLocks:
         self.max_size = max_size
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._opening = asyncio.Lock()
+        self._releasing: set[asyncio.Task[None]] = set()
 
     async def _connections(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         async with self._opening:
@@ -71,23 +72,36 @@ class ClusterLocks:
             yield
             return
         pool = await self._connections()
+        conn = await self._locked(pool, ids)
+        try:
+            yield
+        finally:
+            # Released off the caller's path: the next holder waits for it, the batch does not.
+            task = asyncio.create_task(self._release(pool, conn))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
+
+    async def _locked(
+        self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]], ids: list[int]
+    ) -> psycopg.AsyncConnection[Any]:
+        """A pooled connection holding every lock in `ids`, riding out a database restart."""
         deadline = time.monotonic() + self.db.retry_window_s
         delay = 0.1
         while True:
+            conn = None
             try:
-                async with pool.connection() as conn:
-                    await conn.execute(
-                        "SELECT pg_advisory_lock(k) FROM unnest(%s::bigint[]) WITH ORDINALITY "
-                        "AS t(k, o) ORDER BY o",
-                        (ids,),
-                    )
-                    try:
-                        yield
-                    finally:
-                        with contextlib.suppress(psycopg.Error):
-                            await conn.execute("SELECT pg_advisory_unlock_all()")
-                return
-            except (psycopg.OperationalError, PoolTimeout) as exc:
+                conn = await pool.getconn()
+                await conn.execute(
+                    "SELECT pg_advisory_lock(k) FROM unnest(%s::bigint[]) WITH ORDINALITY "
+                    "AS t(k, o) ORDER BY o",
+                    (ids,),
+                )
+                return conn
+            except BaseException as exc:
+                if conn is not None:
+                    await pool.putconn(conn)  # a broken or busy one is discarded
+                if not isinstance(exc, psycopg.OperationalError | PoolTimeout):
+                    raise
                 if time.monotonic() + delay > deadline:
                     raise DatabaseUnavailable(
                         f"the database at {self.db.where} is unavailable (taking tool locks): "
@@ -95,6 +109,17 @@ class ClusterLocks:
                     ) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    @staticmethod
+    async def _release(
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]], conn: psycopg.AsyncConnection[Any]
+    ) -> None:
+        try:
+            await conn.execute("SELECT pg_advisory_unlock_all()")
+        except psycopg.Error:
+            await conn.close()  # its session ends, and with it every lock it held
+        finally:
+            await pool.putconn(conn)
 
 
 class SharedLockTable:

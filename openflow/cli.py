@@ -34,6 +34,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.backends import open_backends
 from openflow.catalog import read_workflow_bytes
 from openflow.client import (
     ActionRejected,
@@ -44,6 +45,7 @@ from openflow.client import (
     check_run_id,
 )
 from openflow.connect import ConnectError, connect, load_target
+from openflow.database import DatabaseError
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import MAX_ENTRYPOINT_BYTES, check_entrypoint, check_message
@@ -336,6 +338,7 @@ async def serve_worker(home: Path | None = None) -> int:
 
     harden_worker_process()
     home = home or openflow_home()
+    open_backends(home)  # a database that cannot be used stops the worker here, in one line
     client = await connect_client()
     await _ensure_search_attributes(client)
     queue = task_queue()
@@ -641,6 +644,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         project = str(args.project.resolve())
     if args.input_file is not None:
         args.input = read_entrypoint_file(args.input_file)
+    if not args.detach:
+        open_backends(openflow_home())  # the live channel: an unusable database stops us here
     return _run(_start_and_follow(args, workflow, project))
 
 
@@ -1094,6 +1099,9 @@ def _main(argv: Sequence[str] | None) -> int:
         check_arguments(args)
         return handler(args)
     except BadInput as exc:
+        print(_first_line(str(exc)), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except DatabaseError as exc:
         print(_first_line(str(exc)), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

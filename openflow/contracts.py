@@ -36,6 +36,9 @@ ACTIVITY_RECEIPT = "read_receipt"
 #: "Recovery".
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 
+#: The error type of an activity whose worker cannot see the run's folder (retry elsewhere).
+RUN_FOLDER_MISSING = "RunFolderMissing"
+
 SIGNAL_INPUT = "submit_user_input"
 SIGNAL_APPROVAL = "submit_tool_approval"
 SIGNAL_RETRY = "retry_node"
@@ -245,6 +248,7 @@ class EventsQuery(_Model):
 
 
 __all__ = [
+    "RUN_FOLDER_MISSING",
     "call_node",
     "transcript_key",
     "ToolResultWire",

@@ -641,10 +641,11 @@ class Follower:
 
 
 def file_live_source(home: Path) -> LiveSource:
-    """The embedded live channel of runs under `home` (same machine as the worker)."""
-    from openflow.live import FileLiveChannel
+    """The live channel of runs: files under `home` (same machine as the worker), or the
+    cluster database when OPENFLOW_DATABASE_URL is set (any machine)."""
+    from openflow.backends import open_backends
 
-    channel = FileLiveChannel(home / "runs")
+    channel = open_backends(home).live
 
     def subscribe(run_id: str) -> AsyncIterator[dict[str, Any]]:
         return channel.subscribe(run_id, after=0)

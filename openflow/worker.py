@@ -19,8 +19,9 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from openflow.activities.run_activities import RunActivities
-from openflow.activities.store import FileRunStore, RunStore
+from openflow.activities.store import RunStore
 from openflow.activities.tools.confine import announce as announce_confinement
+from openflow.backends import open_backends
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
 from openflow.settings import SettingsError, load_settings, parse_switch
@@ -82,19 +83,28 @@ def make_activities(
     env: Mapping[str, str] | None = None,
     provider_factory: Any = None,
 ) -> RunActivities:
-    """The run activities with the default store, live channel, tools and providers."""
+    """The run activities with the default store, live channel, tools and providers.
+
+    Without a `store`, OPENFLOW_DATABASE_URL chooses it (`openflow.backends`): files under
+    `home`, or the cluster database (which then also holds the live channel and tool locks).
+    """
     from openflow.activities.tools_runner import default_tools
 
     if provider_factory is None:
         provider_factory = _default_provider_factory()
-    runs = home / "runs"
+    db = None
+    if store is None:
+        backends = open_backends(home)
+        store, db = backends.store, backends.db
+        live = live if live is not None else backends.live
     return RunActivities(
         home=home,
-        store=store or FileRunStore(runs),
-        live=live if live is not None else FileLiveChannel(runs),
+        store=store,
+        live=live if live is not None else FileLiveChannel(home / "runs"),
         tools=default_tools(),
         provider_factory=provider_factory,
         env=env,
+        db=db,
     )
 
 

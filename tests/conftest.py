@@ -2,14 +2,16 @@
 
 The server is the same tuned `temporal server start-dev` users run (`openflow.server`), on a free
 port with its SQLite file in a temporary `OPENFLOW_HOME`. It starts the first time a test asks
-for `temporal_server`, `client` or `openflow_env`, and stops when the session ends.
+for `temporal_server`, `client` or `openflow_env`, and stops when the session ends. PostgreSQL
+(`tests/pg.py`) likewise starts on the first test that asks for `pg_url` or `database`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import pytest_asyncio
@@ -17,6 +19,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from openflow.server import EmbeddedServer, free_port
+
+if TYPE_CHECKING:
+    from openflow.database import Database
+    from tests.pg import PgServer
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
@@ -68,3 +74,30 @@ def openflow_env(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """The session's PostgreSQL (started the first time a test asks for it)."""
+    from tests.pg import PgServer
+
+    server = PgServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """The URL of a new, empty database of the session's PostgreSQL."""
+    return pg_server.database()
+
+
+@pytest.fixture
+def database(pg_url: str) -> Iterator[Database]:
+    """An open, migrated handle on a new database."""
+    from openflow.database import Database
+
+    db = Database(pg_url).open()
+    yield db
+    db.close()

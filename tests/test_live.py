@@ -7,7 +7,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,42 @@ import sys
 from pathlib import Path
 from openflow.live import FileLiveChannel
 
-channel = FileLiveChannel(Path(sys.argv[1]))
+if sys.argv[1].startswith("postgresql://"):
+    from openflow.database import Database
+    from openflow.live_pg import PostgresLiveChannel
+
+    db = Database(sys.argv[1]).open()
+    channel = PostgresLiveChannel(db)
+else:
+    db, channel = None, FileLiveChannel(Path(sys.argv[1]))
 for i in range(int(sys.argv[3])):
     channel.publish("run-1", {"type": "ChatMessageDelta", "delta": f"{sys.argv[2]}-{i}"})
+if db is not None:
+    db.close()
 """
+
+
+@pytest.fixture(params=["file", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a channel lives: a run root folder, or a new database."""
+    if request.param == "file":
+        return str(tmp_path)
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+def channel(where: str) -> Iterator[Any]:
+    """A live channel of either kind, polling fast."""
+    if not where.startswith("postgresql://"):
+        yield FileLiveChannel(Path(where), poll_interval=0.01)
+        return
+    from openflow.database import Database
+    from openflow.live_pg import PostgresLiveChannel
+
+    db = Database(where).open()
+    yield PostgresLiveChannel(db, poll_interval=0.2)
+    db.close()
 
 
 async def _take(events: AsyncIterator[dict[str, Any]], count: int) -> list[dict[str, Any]]:
@@ -38,7 +70,7 @@ async def _take(events: AsyncIterator[dict[str, Any]], count: int) -> list[dict[
     return taken
 
 
-def _publisher(root: Path, name: str, count: int) -> subprocess.Popen[bytes]:
+def _publisher(root: Path | str, name: str, count: int) -> subprocess.Popen[bytes]:
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, "-c", PUBLISHER, str(root), name, str(count)],
@@ -50,8 +82,7 @@ def test_file_channel_is_a_live_channel(tmp_path: Path) -> None:
     assert isinstance(FileLiveChannel(tmp_path), LiveChannel)
 
 
-async def test_events_arrive_in_order_with_a_live_sequence(tmp_path: Path) -> None:
-    channel = FileLiveChannel(tmp_path, poll_interval=0.01)
+async def test_events_arrive_in_order_with_a_live_sequence(channel: LiveChannel) -> None:
     events = channel.subscribe("run-1")
     for i in range(5):
         channel.publish("run-1", {"type": "ChatMessageDelta", "delta": str(i)})
@@ -62,18 +93,18 @@ async def test_events_arrive_in_order_with_a_live_sequence(tmp_path: Path) -> No
     assert [e[SEQ_FIELD] for e in await _take(channel.subscribe("run-2"), 1)] == [1]
 
 
-async def test_a_follower_resumes_after_the_last_event_it_saw(tmp_path: Path) -> None:
-    channel = FileLiveChannel(tmp_path, poll_interval=0.01)
+async def test_a_follower_resumes_after_the_last_event_it_saw(channel: LiveChannel) -> None:
     for i in range(6):
         channel.publish("run-1", {"delta": str(i)})
     taken = await _take(channel.subscribe("run-1", after=4), 2)
     assert [(e[SEQ_FIELD], e["delta"]) for e in taken] == [(5, "4"), (6, "5")]
 
 
-async def test_a_subscriber_follows_a_publisher_in_another_process(tmp_path: Path) -> None:
-    channel = FileLiveChannel(tmp_path, poll_interval=0.01)
+async def test_a_subscriber_follows_a_publisher_in_another_process(
+    channel: LiveChannel, where: str
+) -> None:
     events = channel.subscribe("run-1")
-    publisher = _publisher(tmp_path, "p", 30)
+    publisher = _publisher(where, "p", 30)
     taken = await _take(events, 30)
     assert publisher.wait(timeout=20) == 0
     assert [e["delta"] for e in taken] == [f"p-{i}" for i in range(30)]
@@ -81,10 +112,9 @@ async def test_a_subscriber_follows_a_publisher_in_another_process(tmp_path: Pat
 
 
 async def test_publishers_in_several_processes_share_one_gap_free_sequence(
-    tmp_path: Path,
+    channel: LiveChannel, where: str
 ) -> None:
-    channel = FileLiveChannel(tmp_path, poll_interval=0.01)
-    publishers = [_publisher(tmp_path, name, 100) for name in ("a", "b")]
+    publishers = [_publisher(where, name, 100) for name in ("a", "b")]
     taken = await _take(channel.subscribe("run-1"), 200)
     assert [p.wait(timeout=20) for p in publishers] == [0, 0]
     assert [e[SEQ_FIELD] for e in taken] == list(range(1, 201))
@@ -125,9 +155,42 @@ async def test_a_broken_channel_never_raises_into_the_publisher(
     assert "not delivered" in warnings[0].getMessage()
 
 
-async def test_events_that_are_not_plain_json_are_still_delivered(tmp_path: Path) -> None:
-    channel = FileLiveChannel(tmp_path, poll_interval=0.01)
+async def test_events_that_are_not_plain_json_are_still_delivered(
+    channel: LiveChannel, tmp_path: Path
+) -> None:
     channel.publish("run-1", {"path": tmp_path, "text": "line one\nline two ✓"})
     (event,) = await _take(channel.subscribe("run-1"), 1)
     assert event["path"] == str(tmp_path)
     assert event["text"] == "line one\nline two ✓"
+
+
+async def test_an_unreachable_database_never_raises_into_the_publisher(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from openflow.database import Database
+    from openflow.live_pg import PostgresLiveChannel
+
+    db = Database(pg_url).open()
+    db.close()
+    gone = Database(pg_url.rsplit("/", 1)[0] + "/no_such_database", retry_window_s=0)
+    channel = PostgresLiveChannel(gone)
+    with caplog.at_level(logging.WARNING, logger="openflow.live_pg"):
+        started = asyncio.get_running_loop().time()
+        for i in range(3):
+            channel.publish("run-1", {"delta": str(i)})
+        assert asyncio.get_running_loop().time() - started < 0.05
+        assert channel.flush(20)
+    warnings = [r for r in caplog.records if r.name == "openflow.live_pg"]
+    assert len(warnings) == 1
+    assert "not delivered" in warnings[0].getMessage()
+
+
+async def test_the_database_keeps_a_bounded_tail_for_catching_up(database: Any) -> None:
+    from openflow.live_pg import PostgresLiveChannel
+
+    channel = PostgresLiveChannel(database, keep=50, poll_interval=0.2)
+    for i in range(200):
+        channel.publish("run-1", {"i": i})
+    assert channel.flush(20)
+    late = await _take(channel.subscribe("run-1", after=0), 50)
+    assert [e[SEQ_FIELD] for e in late] == list(range(151, 201))

@@ -127,8 +127,10 @@ class RunActivities:
         tools: Any = None,
         provider_factory: ProviderFactory | None = None,
         env: Mapping[str, str] | None = None,
+        db: Any = None,
     ) -> None:
         self.home = home
+        self.db = db
         self.store = store
         self.live = live
         self.tools = tools
@@ -143,8 +145,30 @@ class RunActivities:
             tuple[str, str], tuple[list[str], list[TranscriptItem], tuple[int, int] | None]
         ] = {}
         self._catalogs: dict[str, dict[str, ToolSpec]] = {}
+        self._headers: dict[tuple[str, str], AgentRequest] = {}
+        self._batches: dict[tuple[str, str], bytes] = {}
         self._settings_cache: tuple[tuple[int, int], AppSettings] | None = None
         self._budget = asyncio.Semaphore(_tool_budget(self.env))
+        self._cluster_locks: Any = None
+        self._staging: Any = None
+
+    def cluster_locks(self) -> Any:
+        """The advisory tool locks shared with every worker (None without a database)."""
+        if self.db is None:
+            return None
+        if self._cluster_locks is None:
+            from openflow.activities.tools.cluster_locks import ClusterLocks
+
+            self._cluster_locks = ClusterLocks(self.db)
+        return self._cluster_locks
+
+    def staging(self) -> Any:
+        """Local copies of run files for tools, when the store is not on this disk."""
+        if self._staging is None:
+            from openflow.activities.tools.staging import RunStaging
+
+            self._staging = RunStaging()
+        return self._staging
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -252,12 +276,31 @@ class RunActivities:
             prof = settings.profile(pid)
             if prof is not None and not agent.model.strip():
                 agent.model = prof.default_model
-        execution_dir = inp.project_dir or str(self.home / "runs" / inp.run_id / "workspace")
-        Path(execution_dir).mkdir(parents=True, exist_ok=True)
+        execution_dir = self._execution_dir(inp)
         self.store.put_bytes(
             inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
         )
         return settings, wf, profiles, execution_dir
+
+    def _execution_dir(self, inp: c.PrepareInput) -> str:
+        """The folder the run's tools work in: its project, or its own workspace.
+
+        The workspace is `$OPENFLOW_WORKSPACES/<run_id>` when that is set (a volume every worker
+        mounts), else `$OPENFLOW_HOME/runs/<run_id>/workspace`. A folder this worker cannot see
+        fails the activity retryably (another worker may see it); it is never made elsewhere.
+        """
+        if inp.project_dir:
+            require_folder(Path(inp.project_dir))
+            return inp.project_dir
+        root = self.env.get("OPENFLOW_WORKSPACES", "").strip()
+        if not root:
+            folder = self.home / "runs" / inp.run_id / "workspace"
+            folder.mkdir(parents=True, exist_ok=True)
+            return str(folder)
+        require_folder(Path(root), "OPENFLOW_WORKSPACES")
+        folder = Path(root) / inp.run_id
+        folder.mkdir(exist_ok=True)
+        return str(folder)
 
     def _callable_agents(self, wf: Workflow) -> list[CallableAgent]:
         """The saved agents the workflow's nodes may call, read from agents.json (spec 6)."""
@@ -304,11 +347,20 @@ class RunActivities:
         """Store what this turn adds to the transcript and load what the provider needs."""
         header_key = f"headers/{inp.header_digest}.json"
         if inp.header is not None:
-            if not self.store.exists(inp.run_id, header_key):
+            # A remote store is not asked first: writing the cache in the background is
+            # cheaper than a round trip on the turn's path.
+            if self._remote_store(inp.run_id) or not self.store.exists(inp.run_id, header_key):
                 self._cache_blob(inp.run_id, header_key, inp.header.model_dump_json().encode())
             header = inp.header
         else:
-            header = AgentRequest.model_validate_json(self.store.get_bytes(inp.run_id, header_key))
+            # A header is named by its digest, so what was read once is good for every turn.
+            cached = self._headers.get((inp.run_id, header_key))
+            if cached is None:
+                cached = AgentRequest.model_validate_json(
+                    self.store.get_bytes(inp.run_id, header_key)
+                )
+                self._remember(self._headers, (inp.run_id, header_key), cached, limit=256)
+            header = cached
         request = header.model_copy(update={"turn_index": inp.turn_index})
         if request.node_id == REVIEW_NODE:
             request = self._with_conversations(inp.run_id, request)
@@ -318,7 +370,9 @@ class RunActivities:
             line for item in inp.delta.items for line in self._resolve(inp.run_id, item, blobs, key)
         ]
         persisted = self.store.append_lines(inp.run_id, key, lines, expected_len=inp.delta.base_len)
-        transcript = self._transcript(inp.run_id, key)
+        transcript = self._appended_transcript(inp.run_id, key, inp.delta.base_len, lines)
+        if transcript is None:
+            transcript = self._transcript(inp.run_id, key)
         tools = self._offered(inp.run_id, request.tool_names)
         return request, transcript, tools, persisted
 
@@ -340,7 +394,9 @@ class RunActivities:
     def _remote_store(self, run_id: str) -> bool:
         # Local stores can tell whether a log changed (`stamp`); remote ones are read over the
         # network and never on the event loop.
-        return getattr(self.store, "stamp", None) is None
+        return (
+            bool(getattr(self.store, "remote", False)) or getattr(self.store, "stamp", None) is None
+        )
 
     def _transcript(self, run_id: str, key: str) -> list[TranscriptItem]:
         """The stored transcript's items; lines read before are not parsed again, and a log
@@ -360,6 +416,36 @@ class RunActivities:
         self._remember(self._transcripts, (run_id, key), (lines, items, stamp), limit=64)
         return items
 
+    def _appended_transcript(
+        self, run_id: str, key: str, base: int, lines: list[str]
+    ) -> list[TranscriptItem] | None:
+        """The transcript as the append just made it, when that is known without reading it.
+
+        A store whose appends report the log's generation (PostgreSQL) tells whether anyone
+        else wrote since this worker last saw the log; a log has one writer at a time.
+        """
+        appended = getattr(self.store, "appended_stamp", None)
+        after = appended(run_id, key) if appended is not None else None
+        if after is None:
+            return None
+        seen = self._transcripts.get((run_id, key))
+        if base == 0:
+            kept_lines: list[str] = []
+            kept_items: list[TranscriptItem] = []
+        elif seen is None or seen[2] is None or len(seen[0]) < base:
+            return None
+        elif after[1] == seen[2][1] + (1 if lines else 0):
+            # Only this append changed the log since (an append of nothing changes nothing).
+            kept_lines, kept_items = seen[0][:base], seen[1][:base]
+        else:
+            return None
+        items = [*kept_items, *(_ITEM.validate_json(line) for line in lines)]
+        all_lines = [*kept_lines, *lines]
+        if len(all_lines) != after[0]:
+            return None
+        self._remember(self._transcripts, (run_id, key), (all_lines, items, after), limit=64)
+        return list(items)
+
     def _stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
         stamp = getattr(self.store, "stamp", None)
         return stamp(run_id, key) if stamp is not None else None
@@ -378,7 +464,8 @@ class RunActivities:
             )
         try:
             if inp.delta.items or inp.node_id == REVIEW_NODE or self._remote_store(inp.run_id):
-                prepared = await asyncio.to_thread(self._prepare_turn, inp)
+                # Heartbeating: a store riding out a database restart must not look dead.
+                prepared = await heartbeating(asyncio.to_thread(self._prepare_turn, inp))
             else:
                 # Nothing to write (the last turn left its reply in place) on the local disk:
                 # no thread hop for what is a lock, a stat and a cached read.
@@ -444,7 +531,7 @@ class RunActivities:
             tools = tools.model_copy(update={"results": anonymous})
         # The reply (and any results) go straight after what this turn sent, synced: the next
         # turn finds them in place, and they are the only full copy of the tools' output.
-        await asyncio.to_thread(self._keep_reply, inp, persisted, items)
+        await heartbeating(asyncio.to_thread(self._keep_reply, inp, persisted, items))
         return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=tools)
 
     def _keep_reply(
@@ -455,7 +542,10 @@ class RunActivities:
         self.store.append_lines(inp.run_id, key, lines, expected_len=persisted)
         seen = self._transcripts.get((inp.run_id, key))
         if seen is not None and len(seen[0]) == persisted:
-            both = ([*seen[0], *lines], [*seen[1], *items], self._stamp(inp.run_id, key))
+            appended = getattr(self.store, "appended_stamp", None)
+            stamp = appended(inp.run_id, key) if appended is not None else None
+            stamp = stamp if stamp is not None else self._stamp(inp.run_id, key)
+            both = ([*seen[0], *lines], [*seen[1], *items], stamp)
             self._remember(self._transcripts, (inp.run_id, key), both, 64)
 
     def _cache_blob(self, run_id: str, key: str, data: bytes) -> None:
@@ -513,7 +603,9 @@ class RunActivities:
         stored = blobs.get(item.store_key)
         if stored is None:
             try:
-                stored = json.loads(self.store.get_bytes(run_id, item.store_key))
+                kept = self._batches.get((run_id, item.store_key))
+                data = kept if kept is not None else self.store.get_bytes(run_id, item.store_key)
+                stored = json.loads(data)
             except ValueError as exc:
                 raise KeyNotFound(f"{item.store_key} cannot be read: {exc}") from exc
             if not isinstance(stored, list):
@@ -620,8 +712,9 @@ class RunActivities:
         """
         result, full = await self._execute_tools(inp)
         # Synced: this is the only full copy of the tools' output (history keeps previews).
-        await asyncio.to_thread(
-            self.store.put_bytes, inp.run_id, c.batch_key(inp.batch_id), _ITEMS.dump_json(full)
+        data = _ITEMS.dump_json(full)
+        await heartbeating(
+            asyncio.to_thread(self.store.put_bytes, inp.run_id, c.batch_key(inp.batch_id), data)
         )
         if inp.side_effects:
             await asyncio.to_thread(
@@ -630,6 +723,8 @@ class RunActivities:
                 c.receipt_key(inp.batch_id),
                 result.model_dump_json().encode(),
             )
+        # The next turn of the node usually runs here and refers to these results: keep them.
+        self._remember(self._batches, (inp.run_id, c.batch_key(inp.batch_id)), data, limit=64)
         return result
 
     @activity.defn(name=c.ACTIVITY_RECEIPT)
@@ -649,7 +744,11 @@ class RunActivities:
     ) -> tuple[c.ToolBatchResult, list[TranscriptItem]]:
         """Run one batch: its result for history and its full result items."""
         if not inp.execution_dir:
-            run = self._run_file(inp.run_id, RUN_KEY)
+            run = (
+                await asyncio.to_thread(self._run_file, inp.run_id, RUN_KEY)
+                if self._remote_store(inp.run_id)
+                else self._run_file(inp.run_id, RUN_KEY)
+            )
             folder = run.get("execution_dir") if isinstance(run, dict) else None
             inp = inp.model_copy(
                 update={
@@ -741,6 +840,19 @@ class RunActivities:
         )
 
 
+def require_folder(folder: Path, what: str = "the run's folder") -> None:
+    """Fail the activity retryably when `folder` is not visible here (another worker may see it)."""
+    if folder.is_dir():
+        return
+    from temporalio.exceptions import ApplicationError
+
+    raise ApplicationError(
+        f"{what} {str(folder)!r} is not visible on this worker; mount the shared workspace "
+        "volume (or the project folder) at the same path on every worker",
+        type=c.RUN_FOLDER_MISSING,
+    )
+
+
 def raise_app(message: str) -> None:
     """Fail an activity for good with a message a person can act on."""
     from temporalio.exceptions import ApplicationError
@@ -748,4 +860,10 @@ def raise_app(message: str) -> None:
     raise ApplicationError(message, non_retryable=True)
 
 
-__all__ = ["RunActivities", "handoff_segment", "heartbeating", "preview"]
+__all__ = [
+    "RunActivities",
+    "handoff_segment",
+    "heartbeating",
+    "preview",
+    "require_folder",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,11 +44,23 @@ def tool_env(env: dict[str, str]) -> dict[str, str]:
 
 async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
     """Execute a batch with the worker's shared locks, budget and the run's result cache."""
+    from openflow.activities.run_activities import require_folder
     from openflow.activities.tools.base import ToolContext
     from openflow.activities.tools.cache import ResultCache
     from openflow.activities.tools.executor import LockTable, execute_batch
 
-    run_dir = acts.store.run_dir(inp.run_id) or Path(inp.execution_dir)
+    execution_dir = Path(inp.execution_dir)
+    require_folder(execution_dir)
+    run_dir = acts.store.run_dir(inp.run_id)
+    staging, staged = None, {}
+    if run_dir is None:
+        # The store is not on this disk: tools work on a local copy of the run's files.
+        staging = acts.staging()
+        if reads_run_files(inp.calls):
+            staged = await asyncio.to_thread(staging.pull, acts.store, inp.run_id)
+        else:
+            staged = staging.local(inp.run_id)  # a scan of a small local folder
+        run_dir = staging.folder(inp.run_id)
     events: list[dict[str, Any]] = []
     cancel = asyncio.Event()
     live = acts.live
@@ -59,7 +72,7 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
     ctx = ToolContext(
         run_id=inp.run_id,
         node_id=inp.node_id,
-        execution_dir=Path(inp.execution_dir),
+        execution_dir=execution_dir,
         run_dir=run_dir,
         retry_policy=(inp.max_attempts, inp.backoff_ms),
         emit=events.append,
@@ -72,7 +85,16 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
         # Importing the MCP SDK takes seconds on a busy machine: off the event loop, so the
         # batch's heartbeat goes on.
         await asyncio.to_thread(importlib.import_module, "openflow.activities.mcp")
-    locks = acts._locks.setdefault(inp.run_id, LockTable())
+    locks = acts._locks.get(inp.run_id)
+    if locks is None:
+        cluster = acts.cluster_locks()
+        if cluster is None:
+            locks = LockTable()
+        else:
+            from openflow.activities.tools.cluster_locks import SharedLockTable
+
+            locks = SharedLockTable(cluster, inp.run_id, execution_dir)
+        locks = acts._locks.setdefault(inp.run_id, locks)
     cache = acts._caches.setdefault(inp.run_id, ResultCache())
     async with _batch_tools(acts, inp) as registry:
         work = asyncio.create_task(
@@ -85,6 +107,11 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
             with contextlib.suppress(Exception):
                 await work
             raise
+        finally:
+            if staging is not None:
+                changed = staging.changed(inp.run_id, staged)
+                if changed:
+                    await asyncio.to_thread(staging.push, acts.store, inp.run_id, changed)
     return BatchRun(
         results=list(outcome.results),
         interrupted=bool(outcome.interrupted),
@@ -96,6 +123,20 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
 
 def _calls_mcp(inp: c.ToolBatchInput) -> bool:
     return any(call.name.startswith(("mcp_", "mcp/")) for call in inp.calls)
+
+
+def reads_run_files(calls: Any) -> bool:
+    """Whether a batch may read the run's own files (a handoff, an artifact, the plan draft):
+    only then are they copied in from a remote store first."""
+    from openflow.engine.policy import SEAL_TOOL
+
+    for call in calls:
+        if call.name == SEAL_TOOL or "plan" in call.name:
+            return True
+        text = json.dumps(call.arguments, default=str)
+        if "run://" in text or "artifact" in text:
+            return True
+    return False
 
 
 def _batch_tools(

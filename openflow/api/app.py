@@ -13,7 +13,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from openflow.activities.store import FileRunStore, RunStore
+from openflow.activities.store import RunStore
 from openflow.api import files, health, inbox, runs, workflows
 from openflow.api.auth import TenantKeys
 from openflow.api.deps import ApiContext
@@ -57,10 +57,12 @@ def create_app(
     with contextlib.suppress(ConnectError):  # said again, with the reason, on first use
         target = load_target()
         address, namespace = target.address, target.namespace
-    if live is None:
-        from openflow.live import FileLiveChannel
+    if live is None or store is None:
+        from openflow.backends import open_backends
 
-        live = FileLiveChannel(home / "runs")
+        backends = open_backends(home)
+        live = live if live is not None else backends.live
+        store = store if store is not None else backends.store
     context = ApiContext(
         home=home,
         task_queue=task_queue or default_task_queue(),
@@ -68,10 +70,10 @@ def create_app(
         address=address,
         keys=TenantKeys(home, require_keys=require_keys),
         live=live,
+        store=store,
         poll_interval=poll_interval,
         keepalive_interval=keepalive_interval,
         client=client,
-        store=store if store is not None else FileRunStore(home / "runs"),
     )
 
     @contextlib.asynccontextmanager

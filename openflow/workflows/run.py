@@ -83,6 +83,16 @@ OLD_HISTORY_EVENTS_LIMIT = 10_000
 SHORT_EXECUTIONS = "short-executions"
 CARRY_EVENTS_BYTES = 256 * 1024
 NO_RETRY = RetryPolicy(maximum_attempts=1)
+#: How often a batch is tried when its worker cannot see the run's folder (RunFolderMissing).
+FOLDER_MISSING_TRIES = 8
+
+
+def _folder_missing(exc: ActivityError) -> bool:
+    """Whether the activity failed because its worker could not see the run's folder."""
+    cause = exc.cause
+    return isinstance(cause, ApplicationError) and cause.type == c.RUN_FOLDER_MISSING
+
+
 POST_RUN_REVIEW = "post-run-review"
 INPUT_LIMITS = "input-limits"
 TOOL_RECEIPTS = "tool-receipts"
@@ -507,16 +517,7 @@ class OpenFlowRun:
         )
         retry = NO_RETRY if intent.side_effects else RetryPolicy(maximum_attempts=3)
         try:
-            result = await workflow.execute_activity(
-                c.ACTIVITY_TOOL_BATCH,
-                arg,
-                result_type=c.ToolBatchResult,
-                start_to_close_timeout=TOOL_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=retry,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=summary[:200],
-            )
+            result = await self._batch_activity(arg, retry, summary[:200])
         except ActivityError as exc:
             if intent.side_effects:
                 reason = str(exc.cause or exc)
@@ -571,6 +572,31 @@ class OpenFlowRun:
             return
         finished = self._tools_finished(intent.batch_id, found.result, calls)
         self._facts.append(ReceiptRead(batch_id=intent.batch_id, finished=finished))
+
+    async def _batch_activity(
+        self, arg: c.ToolBatchInput, retry: RetryPolicy, summary: str
+    ) -> c.ToolBatchResult:
+        """Run the batch activity; again, after a pause, when its worker could not see the
+        run's folder (it ran nothing, so even a batch with side effects is safe to repeat on
+        whichever worker takes it)."""
+        tries = 0
+        while True:
+            try:
+                return await workflow.execute_activity(
+                    c.ACTIVITY_TOOL_BATCH,
+                    arg,
+                    result_type=c.ToolBatchResult,
+                    start_to_close_timeout=TOOL_TIMEOUT,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=retry,
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=summary,
+                )
+            except ActivityError as exc:
+                tries += 1
+                if not _folder_missing(exc) or tries >= FOLDER_MISSING_TRIES:
+                    raise
+                await workflow.sleep(timedelta(seconds=min(2**tries, 30)))
 
     async def _handoff(self, intent: WriteHandoff) -> None:
         assert self._snapshot is not None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from openflow.activities.pgstore import PostgresRunStore
 from openflow.activities.store import (
     FileRunStore,
     InvalidKey,
@@ -16,6 +17,7 @@ from openflow.activities.store import (
     RunStore,
     S3RunStore,
 )
+from openflow.database import Database
 
 BUCKET = "openflow-runs"
 
@@ -36,10 +38,14 @@ def s3_store() -> Iterator[S3RunStore]:
         yield S3RunStore(BUCKET, prefix="team/a", client=client)
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture
+def postgres_store(database: Database) -> PostgresRunStore:
+    return PostgresRunStore(database)
+
+
+@pytest.fixture(params=["file", "s3", "postgres"])
 def store(request: pytest.FixtureRequest) -> RunStore:
-    fixture = "file_store" if request.param == "file" else "s3_store"
-    value: RunStore = request.getfixturevalue(fixture)
+    value: RunStore = request.getfixturevalue(f"{request.param}_store")
     return value
 
 

@@ -1,4 +1,5 @@
-"""What a model turn reads from and writes to the run store, and what history carries of it."""
+"""What a model turn reads from and writes to the run store (files and PostgreSQL), and what
+history carries of it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,25 @@ from pathlib import Path
 import pytest
 
 from openflow import contracts as c
+from openflow.activities.run_activities import RunActivities
 from openflow.activities.store import KeyNotFound
 from openflow.engine.request import AgentRequest, ModelReply, UsageReport
 from openflow.engine.state import StoredItemRef, TranscriptDelta
 from openflow.engine.transcript import AssistantItem, ToolResult, ToolResultItem, UserItem
 from openflow.worker import make_activities
+
+
+@pytest.fixture(params=["file", "postgres"])
+def acts(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> RunActivities:
+    """A worker's activities whose run store is files under its home, or PostgreSQL."""
+    if request.param == "postgres":
+        monkeypatch.setenv("OPENFLOW_DATABASE_URL", request.getfixturevalue("pg_url"))
+    else:
+        monkeypatch.delenv("OPENFLOW_DATABASE_URL", raising=False)
+    return make_activities(tmp_path, provider_factory=None)
+
 
 HEADER = AgentRequest(workflow_id="wf", node_id="busy", node_label="Busy", model="m")
 
@@ -35,8 +50,7 @@ def _store_list(acts: object, key: str, items: list[object]) -> None:
     acts.store.put_bytes("run-1", key, data)  # type: ignore[attr-defined]
 
 
-def test_a_packed_reference_appends_every_item_it_names(tmp_path: Path) -> None:
-    acts = make_activities(tmp_path, provider_factory=None)
+def test_a_packed_reference_appends_every_item_it_names(acts: RunActivities) -> None:
     reply = [AssistantItem(content="looking"), UserItem(content="unused")]
     result = ToolResultItem(result=ToolResult(tool_call_id="c1", tool_name="ls", content="a.txt"))
     _store_list(acts, "replies/busy/r.json", [reply[0], result])
@@ -57,8 +71,7 @@ def test_a_packed_reference_appends_every_item_it_names(tmp_path: Path) -> None:
     assert transcript == [UserItem(content="go"), reply[0], UserItem(content="instead")]
 
 
-def test_a_reference_past_the_stored_list_reports_it_missing(tmp_path: Path) -> None:
-    acts = make_activities(tmp_path, provider_factory=None)
+def test_a_reference_past_the_stored_list_reports_it_missing(acts: RunActivities) -> None:
     _store_list(acts, "replies/busy/r.json", [AssistantItem(content="only one")])
     delta = TranscriptDelta(
         base_len=0, items=(StoredItemRef(store_key="replies/busy/r.json", index=0, count=2),)
@@ -102,9 +115,8 @@ def test_store_keys_history_leaves_out_are_the_ones_activities_use() -> None:
 
 
 def test_a_reference_to_the_transcript_is_read_before_the_turn_rewrites_it(
-    tmp_path: Path,
+    acts: RunActivities,
 ) -> None:
-    acts = make_activities(tmp_path, provider_factory=None)
     written = [AssistantItem(content="a"), AssistantItem(content="b"), AssistantItem(content="c")]
     delta = TranscriptDelta(base_len=0, items=tuple(written))
     acts._prepare_turn(_turn(delta))
@@ -137,11 +149,10 @@ def test_a_model_call_id_names_its_conversation(call_id: str, node: str) -> None
 
 
 async def test_reads_that_cannot_run_at_once_are_left_to_their_own_batch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    acts: RunActivities, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from openflow.engine.request import RawToolCall
 
-    acts = make_activities(tmp_path, provider_factory=None)
     request = HEADER.model_copy(update={"tool_names": ("ls", "read", "write")})
     reply = ModelReply(
         wire="scripted", tool_calls=(RawToolCall(id="c1", name="ls", arguments={"path": "."}),)
@@ -169,12 +180,11 @@ async def test_reads_that_cannot_run_at_once_are_left_to_their_own_batch(
     assert await acts._eager_tools(asked, request, reply) == (None, [])
 
 
-def test_the_review_reads_each_conversation_from_the_store(tmp_path: Path) -> None:
+def test_the_review_reads_each_conversation_from_the_store(acts: RunActivities) -> None:
     from openflow.engine import advance as engine
     from openflow.engine.review import REVIEW_NODE, review_request
     from tests.engine.driver import single_agent_workflow
 
-    acts = make_activities(tmp_path, provider_factory=None)
     snapshot = engine.start(single_agent_workflow(), "run-1", 0, entrypoint_text="go").snapshot
     said = AssistantItem(content="I looked at everything twice.")
     acts.store.append_lines("run-1", c.transcript_key("first"), [said.model_dump_json()], 0)
@@ -194,3 +204,25 @@ def test_the_review_reads_each_conversation_from_the_store(tmp_path: Path) -> No
     text = request.input["runEvidence"]
     assert isinstance(text, str) and "I looked at everything twice." in text
     assert json.loads(text)["nodes"][0]["transcript"] == [said.model_dump(mode="json")]
+
+
+def test_a_transcript_another_worker_wrote_to_is_read_again(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENFLOW_DATABASE_URL", pg_url)
+    mine = make_activities(tmp_path / "a", provider_factory=None)
+    other = make_activities(tmp_path / "b", provider_factory=None)
+    first = TranscriptDelta(base_len=0, items=(UserItem(content="go"),))
+    _, transcript, _, _ = mine._prepare_turn(_turn(first))
+    assert transcript == [UserItem(content="go")]
+    # The next turn ran on the other worker, which also kept its reply.
+    later = TranscriptDelta(base_len=1, items=(AssistantItem(content="from b"),))
+    other._prepare_turn(_turn(later, "model:busy-4"))
+    again = TranscriptDelta(base_len=2, items=(UserItem(content="back on a"),))
+    _, transcript, _, persisted = mine._prepare_turn(_turn(again, "model:busy-5"))
+    assert persisted == 3
+    assert transcript == [
+        UserItem(content="go"),
+        AssistantItem(content="from b"),
+        UserItem(content="back on a"),
+    ]

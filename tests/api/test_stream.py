@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +16,8 @@ import pytest
 from temporalio.worker import Worker
 
 from tests.api.conftest import ServedApp, node, wait_for_state, workflow_json
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -180,3 +186,53 @@ async def test_a_stream_of_an_ended_run_sends_everything_then_ends(
     missing = await api.get("/runs/run-nope/events", headers=SSE)
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "run_not_found"
+
+
+async def test_live_deltas_reach_the_api_from_a_worker_in_another_process_through_postgres(
+    openflow_env: dict[str, str], tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openflow.api.app import create_app
+    from openflow.testing import write_scripted_settings
+
+    worker_home, api_home = tmp_path / "worker-home", tmp_path / "api-home"
+    api_home.mkdir()
+    write_scripted_settings(
+        worker_home,
+        {"ask": [{"message": "Thinking about names", "stream": True}, {"ask": "What name?"}]},
+    )
+    env = {
+        **os.environ,
+        **openflow_env,
+        "OPENFLOW_HOME": str(worker_home),
+        "OPENFLOW_DATABASE_URL": pg_url,
+        "OPENFLOW_WORKSPACES": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tests.workflows.worker_main"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert worker.stdout is not None
+        assert await asyncio.to_thread(worker.stdout.readline) == b"worker ready\n"
+        monkeypatch.setenv("OPENFLOW_DATABASE_URL", pg_url)
+        app = create_app(home=api_home, poll_interval=0.05, keepalive_interval=0.5)
+        with ServedApp(app) as served:
+            async with httpx.AsyncClient(base_url=served.url) as http:
+                run_id = (await http.post("/runs", json={"workflow": ASK})).json()["run_id"]
+                await wait_for_state(http, run_id, lambda s: s["status"] == "paused")
+                frames, _ = await follow(
+                    http, run_id, until=lambda f: "keep-alive" in f.get("comments", [])
+                )
+        text = "".join(
+            data_of(f)["delta"]
+            for f in frames
+            if f.get("event") == "delta" and data_of(f)["type"] == "ChatMessageDelta"
+        )
+        assert text == "Thinking about names"
+        assert not (worker_home / "runs").exists() and not (api_home / "runs").exists()
+    finally:
+        worker.kill()
+        worker.wait(10)

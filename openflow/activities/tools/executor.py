@@ -35,6 +35,7 @@ from openflow.activities.tools.cache import ResultCache
 from openflow.activities.tools.files import atomic_write
 from openflow.activities.tools.registry import ToolRegistry
 from openflow.activities.tools.spill import spill_if_large
+from openflow.database import DatabaseUnavailable
 from openflow.engine.events import (
     EditBatch,
     EditBatchRecorded,
@@ -361,6 +362,8 @@ async def _run_call(
     except ToolError as error:
         cancelled = isinstance(error, Cancelled)
         output = ToolOutput(content=error.render(), is_error=True)
+    except DatabaseUnavailable:
+        raise  # the batch fails retryably; it is no tool's result
     except Exception:  # a tool bug must not lose the other results of the batch
         logger.exception("tool %s crashed on call %s", call.name, call.id)
         output = ToolOutput(

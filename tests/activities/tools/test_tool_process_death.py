@@ -52,7 +52,9 @@ async def test_a_killed_worker_leaves_no_tool_process_behind(
         assert all(command_pid_alive(tmp_path, pid) for pid in pids)
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
-        await wait_until(lambda: not any(command_pid_alive(tmp_path, pid) for pid in pids), timeout=5)
+        await wait_until(
+            lambda: not any(command_pid_alive(tmp_path, pid) for pid in pids), timeout=5
+        )
     finally:
         if worker.poll() is None:
             worker.kill()

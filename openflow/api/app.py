@@ -20,6 +20,7 @@ from openflow.api.deps import ApiContext
 from openflow.api.errors import ServiceUnavailable, UnsafeBind, install_error_handlers
 from openflow.api.middleware import BodyLimit, ErrorBoundary
 from openflow.api.sse import LiveSource
+from openflow.backends import Backends
 from openflow.connect import ConnectError, connect, load_target
 from openflow.engine.limits import MAX_REQUEST_BYTES
 from openflow.paths import openflow_home
@@ -130,14 +131,26 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, home: Path | None 
             f"who reaches the port could drive every run; set OPENFLOW_API_KEYS=KEY=TENANT "
             f"or add api_keys to {home / 'settings.json'} or use --host 127.0.0.1"
         )
-    asyncio.run(_serve(host, port, home, loopback=loopback, keyless=not keys.configured))
+    from openflow.backends import open_backends
+
+    # A database that cannot be used stops the API here, before it connects to Temporal.
+    backends = open_backends(home)
+    asyncio.run(_serve(host, port, home, backends, loopback=loopback, keyless=not keys.configured))
 
 
-async def _serve(host: str, port: int, home: Path, *, loopback: bool, keyless: bool) -> None:
+async def _serve(
+    host: str, port: int, home: Path, backends: Backends, *, loopback: bool, keyless: bool
+) -> None:
     import uvicorn
 
     client = await connect(load_target())
-    app = create_app(client, home=home, require_keys=not loopback)
+    app = create_app(
+        client,
+        home=home,
+        require_keys=not loopback,
+        live=backends.live,
+        store=backends.store,
+    )
     if keyless:
         print(
             f"OpenFlow API: no API keys configured, serving loopback only "

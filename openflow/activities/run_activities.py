@@ -87,7 +87,12 @@ def handoff_segment(node_id: str) -> str:
 
 
 async def heartbeating(work: Awaitable[T], every_s: float = HEARTBEAT_EVERY_S) -> T:
-    """Await `work` while heartbeating, so a dead worker is noticed and cancels arrive."""
+    """Await `work` while heartbeating, so a dead worker is noticed and cancels arrive.
+
+    Outside an activity (the activities called as plain methods) it only awaits `work`.
+    """
+    if not activity.in_activity():
+        return await work
 
     async def beat() -> None:
         # The heartbeat timeout counts from the start, so a short call never needs a heartbeat

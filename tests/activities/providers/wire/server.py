@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-GATE_TIMEOUT_S = 5.0
+GATE_TIMEOUT_S = 30.0
 
 
 @dataclass

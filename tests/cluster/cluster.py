@@ -48,6 +48,8 @@ API_VARIABLES = (
 )
 """What every API process is given."""
 
+COMPOSE = ROOT / "docker" / "docker-compose.yml"
+
 _MAIN = "import sys; from openflow.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
@@ -138,6 +140,26 @@ class Cluster:
     def stop(self) -> None:
         for process in self.processes:
             process.stop()
+
+
+def compose_file() -> dict[str, Any] | None:
+    """docker/docker-compose.yml parsed, or None without PyYAML."""
+    try:
+        import yaml
+    except ImportError:
+        return None
+    data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return data
+
+
+def api_healthcheck() -> list[str] | None:
+    """The compose file's healthcheck of the API service (a command list), None without PyYAML."""
+    data = compose_file()
+    if data is None:
+        return None
+    test: list[str] = data["services"]["api"]["healthcheck"]["test"]
+    assert test[0] == "CMD", test
+    return test[1:]
 
 
 # --- Server-Sent Events ---------------------------------------------------------------------

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +32,7 @@ from tests.cluster.cluster import (
     WORKER_VARIABLES,
     Cluster,
     Process,
+    api_healthcheck,
     data_of,
     files_under,
     follow,
@@ -80,6 +83,20 @@ def workflow(approve_b: bool = False) -> dict[str, Any]:
         "nodes": nodes,
         "edges": [{"id": f"{a}-{b}", "from": a, "to": b} for a, b in EDGES],
     }
+
+
+async def compose_healthcheck_passes(api: Process, url: str) -> None:
+    """The compose file's API healthcheck, run against this API process, says healthy."""
+    command = api_healthcheck()
+    if command is None:
+        return
+    port = url.rsplit(":", 1)[1]
+    command = [sys.executable if command[0] == "python" else command[0], *command[1:]]
+    command = [part.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for part in command]
+    done = await asyncio.to_thread(
+        subprocess.run, command, env=api.env, capture_output=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
 
 
 def sse_ids(frames: list[dict[str, Any]]) -> list[int]:
@@ -159,6 +176,7 @@ async def test_a_cluster_of_processes_completes_every_run_once(
             httpx.AsyncClient(base_url=apis[1][1], headers=auth, timeout=30) as two,
         ):
             assert (await one.get("/health")).json()["status"] == "ok"
+            await compose_healthcheck_passes(apis[0][0], apis[0][1])
             assert (
                 await two.get("/runs", headers={"Authorization": "Bearer nope"})
             ).status_code == 401
@@ -253,7 +271,8 @@ async def test_a_cluster_of_processes_completes_every_run_once(
             after = sse_ids(rest)
             assert seen + after == list(range(1, len(seen) + len(after) + 1))
             page = (await two.get(f"/runs/{streamed}/events")).json()
-            assert [data_of(f) for f in first + rest if "id" in f] == page
+            streamed_events = [data_of(f) for f in first + rest if "id" in f]
+            assert streamed_events == page
             live = deltas(first) + deltas(rest)
             live_seqs = [d["live_seq"] for d in live]
             assert len(live_seqs) == len(set(live_seqs)), "a live delta came twice"

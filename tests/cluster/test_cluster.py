@@ -41,7 +41,7 @@ from tests.cluster.cluster import (
 )
 from tests.workflows.conftest import replay_history
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(600)]
 
 RUNS = 20
 WORKERS = 3
@@ -169,7 +169,7 @@ async def test_a_cluster_of_processes_completes_every_run_once(
     try:
         for process in cluster.processes:
             process.start()
-        await asyncio.gather(*(p.wait_ready(90) for p in cluster.processes))
+        await asyncio.gather(*(p.wait_ready(180) for p in cluster.processes))
         started_at = time.monotonic() - began
         async with (
             httpx.AsyncClient(base_url=apis[0][1], headers=auth, timeout=30) as one,
@@ -204,7 +204,7 @@ async def test_a_cluster_of_processes_completes_every_run_once(
                     streamed,
                     headers={"Last-Event-ID": str(seen[-1])},
                     live_after=max(live_seen, default=0),
-                    timeout=120,
+                    timeout=240,
                 )
             )
 
@@ -219,7 +219,7 @@ async def test_a_cluster_of_processes_completes_every_run_once(
                     victim.kill()
                     kills += 1
                     victim.start()
-                    restarts.append(asyncio.create_task(victim.wait_ready(90)))
+                    restarts.append(asyncio.create_task(victim.wait_ready(180)))
                 await asyncio.gather(*restarts)
                 return kills
 
@@ -255,7 +255,7 @@ async def test_a_cluster_of_processes_completes_every_run_once(
                         return str(status)
                     return None
 
-                status: str = await poll(done, f"run {run_id} to end", timeout=150, every=0.3)
+                status: str = await poll(done, f"run {run_id} to end", timeout=240, every=0.3)
                 return status
 
             statuses = await asyncio.gather(*(settled(r) for r in run_ids))

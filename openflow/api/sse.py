@@ -4,9 +4,9 @@ Durable events come from polling the run's `events` query, so a follower that re
 `Last-Event-ID: N` gets exactly the events after N. Live token deltas and streaming tool output
 come from the live channel as `event: delta` messages without an id, so they never move the
 resumption point; each carries its `live_seq`, which a follower may pass back as `live_after`
-to skip the deltas it has seen. An event is sent only once the run's history holds it (no
-workflow task in flight or retried when it was read), so a stream resumed anywhere continues
-the same sequence. While Temporal does not answer (the run's worker died and another has not
+to skip the deltas it has seen. New events are sent only when no workflow task of the run is
+in flight or being retried (a query can answer from a task whose worker died while reporting
+it), so a stream resumed anywhere continues the sequence history holds. While Temporal does not answer (the run's worker died and another has not
 taken it over yet), the stream waits with keep-alives rather than ending. Comments keep idle
 connections open; the stream ends after the run's final event (Finished, NodeFailed, Aborted or
 a fatal Error), or when the run's execution has closed and every event was sent."""
@@ -102,7 +102,8 @@ async def _in_history(handle: WorkflowHandle[Any, Any]) -> bool:
     A query can be answered from a workflow task whose completion never reached the server (its
     worker was killed while sending it); that task times out and runs again, on another worker,
     possibly with other events under the same seqs. Events are sent once no task is started and
-    none is being retried, so a follower never receives one that history does not hold.
+    none is being retried. (The server can show a task as done an instant before it learns that
+    its report was lost; then an event may go out with an earlier `at_ms` than history's.)
     """
     desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
     raw = desc.raw_description

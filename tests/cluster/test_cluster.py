@@ -272,7 +272,13 @@ async def test_a_cluster_of_processes_completes_every_run_once(
             assert seen + after == list(range(1, len(seen) + len(after) + 1))
             page = (await two.get(f"/runs/{streamed}/events")).json()
             streamed_events = [data_of(f) for f in first + rest if "id" in f]
-            assert streamed_events == page
+            # The same events under the same seqs. A timestamp may differ: a query can answer
+            # from a workflow task whose worker was killed while reporting it, and the task's
+            # retry records the same events later (see README, "A deployment on several
+            # machines").
+            untimed = [{k: v for k, v in e.items() if k != "at_ms"} for e in streamed_events]
+            assert untimed == [{k: v for k, v in e.items() if k != "at_ms"} for e in page]
+            retimed = sum(a != b for a, b in zip(streamed_events, page, strict=True))
             live = deltas(first) + deltas(rest)
             live_seqs = [d["live_seq"] for d in live]
             assert len(live_seqs) == len(set(live_seqs)), "a live delta came twice"
@@ -337,5 +343,6 @@ async def test_a_cluster_of_processes_completes_every_run_once(
     print(
         f"\ncluster: processes up in {started_at:.1f}s, {RUNS} runs done in "
         f"{finished_at - started_at:.1f}s with {kills} worker kills, "
-        f"{len(identities)} worker processes took activities"
+        f"{len(identities)} worker processes took activities, "
+        f"{retimed} streamed events retimed"
     )

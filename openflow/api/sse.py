@@ -102,8 +102,8 @@ async def _in_history(handle: WorkflowHandle[Any, Any]) -> bool:
     A query can be answered from a workflow task whose completion never reached the server (its
     worker was killed while sending it); that task times out and runs again, on another worker,
     possibly with other events under the same seqs. Events are sent once no task is started and
-    none is being retried. (The server can show a task as done an instant before it learns that
-    its report was lost; then an event may go out with an earlier `at_ms` than history's.)
+    none is being retried. (A worker killed at the very moment it reports a task can still let an
+    event go out with an earlier `at_ms` than history's; its seq and content are the same.)
     """
     desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
     raw = desc.raw_description

@@ -4,9 +4,12 @@ Durable events come from polling the run's `events` query, so a follower that re
 `Last-Event-ID: N` gets exactly the events after N. Live token deltas and streaming tool output
 come from the live channel as `event: delta` messages without an id, so they never move the
 resumption point; each carries its `live_seq`, which a follower may pass back as `live_after`
-to skip the deltas it has seen. Comments keep idle connections open; the stream ends after the
-run's final event (Finished, NodeFailed, Aborted or a fatal Error), or when the run's execution
-has closed and every event was sent."""
+to skip the deltas it has seen. New events are sent only when no workflow task of the run is
+in flight or being retried (a query can answer from a task whose worker died while reporting
+it), so a stream resumed anywhere continues the sequence history holds. While Temporal does not answer (the run's worker died and another has not
+taken it over yet), the stream waits with keep-alives rather than ending. Comments keep idle
+connections open; the stream ends after the run's final event (Finished, NodeFailed, Aborted or
+a fatal Error), or when the run's execution has closed and every event was sent."""
 
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
+from temporalio.api.enums.v1 import PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from openflow.api.errors import as_http_error, error_body
 from openflow.client import events_after
@@ -33,6 +38,14 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 CLOSED_CHECK_SECONDS = 1.0
 _EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
 _FINAL_TYPES = frozenset({"Finished", "NodeFailed", "Aborted"})
+_TRANSIENT = frozenset(
+    {
+        RPCStatusCode.CANCELLED,  # the client's own rpc_timeout ("Timeout expired")
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+    }
+)
 
 
 class LiveSource(Protocol):
@@ -82,6 +95,26 @@ async def _query_events(
     return await events_after(client, handle, after, rpc_timeout=QUERY_TIMEOUT)
 
 
+async def _in_history(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether what a query just answered is in the run's history: no workflow task is in flight
+    or being run again.
+
+    A query can be answered from a workflow task whose completion never reached the server (its
+    worker was killed while sending it); that task times out and runs again, on another worker,
+    possibly with other events under the same seqs. Events are sent once no task is started and
+    none is being retried. (A worker killed at the very moment it reports a task can still let an
+    event go out with an earlier `at_ms` than history's; its seq and content are the same.)
+    """
+    desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    raw = desc.raw_description
+    if not raw.HasField("pending_workflow_task"):
+        return True
+    task = raw.pending_workflow_task
+    return task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED and (
+        task.attempt <= 1
+    )
+
+
 async def _is_closed(handle: WorkflowHandle[Any, Any]) -> bool:
     desc = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
     return desc.status != WorkflowExecutionStatus.RUNNING
@@ -127,16 +160,29 @@ class _Follower:
         loop = asyncio.get_running_loop()
         next_check = loop.time()
         while True:
-            batch = await _query_events(self.client, self.handle, self.last)
-            if await self._emit(batch):
-                return
-            if not batch and loop.time() >= next_check:
-                next_check = loop.time() + CLOSED_CHECK_SECONDS
-                if await _is_closed(self.handle):
-                    with contextlib.suppress(Exception):
-                        await self._emit(await _query_events(self.client, self.handle, self.last))
-                    await self.queue.put(("end", None))
+            try:
+                batch = await _query_events(self.client, self.handle, self.last)
+                fresh = any(int(e.get("seq", 0)) > self.last for e in batch)
+                if fresh and not await _in_history(self.handle):
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                if await self._emit(batch):
                     return
+                if not batch and loop.time() >= next_check:
+                    next_check = loop.time() + CLOSED_CHECK_SECONDS
+                    if await _is_closed(self.handle):
+                        with contextlib.suppress(Exception):
+                            await self._emit(
+                                await _query_events(self.client, self.handle, self.last)
+                            )
+                        await self.queue.put(("end", None))
+                        return
+            except RPCError as exc:
+                # A run whose worker died answers once another worker took it over; the
+                # follower waits (keep-alives go on) instead of ending the stream.
+                if exc.status not in _TRANSIENT:
+                    raise
+                logger.info("event stream of %s: Temporal did not answer (%s)", self.run_id, exc)
             await asyncio.sleep(self.poll_interval)
 
     async def _emit(self, batch: list[dict[str, Any]]) -> bool:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from temporalio.client import Client
 from temporalio.worker import Worker
 
+from openflow.worker import build_worker
 from tests.api.conftest import ServedApp, node, wait_for_state, workflow_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,3 +240,41 @@ async def test_live_deltas_reach_the_api_from_a_worker_in_another_process_throug
     finally:
         worker.kill()
         worker.wait(10)
+
+
+async def test_a_stream_waits_while_the_run_has_no_worker_and_goes_on_when_one_comes(
+    served: ServedApp,
+    client: Client,
+    task_queue: str,
+    openflow_home: Path,
+    script: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from openflow.api import sse
+
+    monkeypatch.setattr(sse, "QUERY_TIMEOUT", timedelta(seconds=1))
+    caplog.set_level(logging.INFO, logger="openflow.api.sse")
+    script({"ask": [{"ask": "What name?"}, {"echo": True}]})
+    async with httpx.AsyncClient(base_url=served.url) as http:
+        async with build_worker(client, task_queue, openflow_home):
+            run_id = (await http.post("/runs", json={"workflow": ASK})).json()["run_id"]
+            stream = asyncio.create_task(follow(http, run_id, timeout=90))
+            await wait_for_state(http, run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+        # No worker answers the stream's queries now: they time out, and the stream waits.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while "did not answer" not in caplog.text:
+            assert loop.time() < deadline and not stream.done(), "no query timed out"
+            await asyncio.sleep(0.05)
+        async with build_worker(client, task_queue, openflow_home):
+            answered = await http.post(
+                f"/runs/{run_id}/input", json={"node_id": "ask", "text": "Ada"}
+            )
+            assert answered.status_code == 200, answered.text
+            frames, ended = await stream
+            page = (await http.get(f"/runs/{run_id}/events")).json()
+    assert ended and not [f for f in frames if f.get("event") == "error"]
+    events = [data_of(f) for f in frames if "id" in f]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events == page and events[-1]["type"] == "Finished"

@@ -154,7 +154,10 @@ def client_plugins() -> list[Any]:
         return []
     from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
 
-    return [OpenTelemetryPlugin(add_temporal_spans=True)]
+    # Without the contrib's own Temporal spans: its workflow span is ended again when a worker
+    # evicts a run it still holds, so a restart would export it twice. Ours (the run, its nodes
+    # and pauses, `openflow.workflows.tracing`) are ended once, by events.
+    return [OpenTelemetryPlugin(add_temporal_spans=False)]
 
 
 @contextmanager
@@ -211,37 +214,49 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
 
 # --- metrics --------------------------------------------------------------------------------
 
-_COUNTERS: dict[tuple[int, str], Any] = {}
+_INSTRUMENTS: dict[tuple[int, str], Any] = {}
 
 
 def count(meter: Any, name: str, value: float, attributes: Mapping[str, str] | None = None) -> None:
-    """Add to one of our counters on a Temporal metric meter; a failure here is only logged."""
+    """Add to one of our counters (or record into one of our histograms) on a Temporal meter.
+
+    A failure here is only logged: metrics never fail a run.
+    """
     if value <= 0:
         return
     try:
         key = (id(meter), name)
-        counter = _COUNTERS.get(key)
-        if counter is None:
-            description, unit = METRICS.get(name, ("", ""))
-            if name.endswith("_usd") or name.endswith("_ms"):
-                counter = meter.create_counter_float(name, description, unit)
+        instrument = _INSTRUMENTS.get(key)
+        if instrument is None:
+            kind, description, unit = METRICS[name]
+            if kind == "histogram_float":
+                instrument = meter.create_histogram_float(name, description, unit)
+            elif kind == "histogram":
+                instrument = meter.create_histogram(name, description, unit)
             else:
-                counter = meter.create_counter(name, description, unit)
-            _COUNTERS[key] = counter
-        if isinstance(value, float) and not (name.endswith("_usd") or name.endswith("_ms")):
-            value = int(value)
-        counter.add(value, dict(attributes or {}))
+                instrument = meter.create_counter(name, description, unit)
+            if len(_INSTRUMENTS) > 1024:
+                _INSTRUMENTS.clear()
+            _INSTRUMENTS[key] = instrument
+        labels = dict(attributes or {})
+        if hasattr(instrument, "add"):
+            instrument.add(int(value), labels)
+        else:
+            instrument.record(
+                value if METRICS[name][0] == "histogram_float" else int(value), labels
+            )
     except Exception:  # metrics never fail a run
         logger.debug("metric %s not recorded", name, exc_info=True)
 
 
-METRICS: dict[str, tuple[str, str]] = {
-    "openflow_model_turns": ("model calls, by provider, model and outcome", ""),
-    "openflow_tokens": ("tokens, by kind (input, output, cached, cache_write)", ""),
-    "openflow_estimated_cost_usd": ("estimated model cost", "USD"),
-    "openflow_tool_calls": ("tool calls, by tool and outcome (ok, error, cancelled)", ""),
-    "openflow_retries": ("retries, by what (model, tool)", ""),
-    "openflow_pause_wait_ms": ("time nodes waited on people, by pause kind", "ms"),
+#: Our metrics: name -> (instrument, description, unit). A histogram's `_sum` is the total.
+METRICS: dict[str, tuple[str, str, str]] = {
+    "openflow_model_turns": ("counter", "model calls, by provider, model and outcome", ""),
+    "openflow_tokens": ("counter", "tokens, by kind (input, output, cached, cache_write)", ""),
+    "openflow_estimated_cost_usd": ("histogram_float", "estimated cost per model call", "USD"),
+    "openflow_tool_calls": ("counter", "tool calls, by tool and outcome", ""),
+    "openflow_retries": ("counter", "retries, by what (model, tool)", ""),
+    "openflow_pause_wait_ms": ("histogram", "time nodes waited on people, by pause kind", "ms"),
 }
 
 

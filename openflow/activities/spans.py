@@ -80,7 +80,9 @@ def record_reply(
     usage = reply.usage
     attributes: dict[str, Any] = {
         "gen_ai.response.model": reply.model or request.model,
-        "gen_ai.response.finish_reasons": [reply.finish_reason] if reply.finish_reason else None,
+        "gen_ai.response.finish_reasons": [
+            reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        ],
         "openflow.tool_calls": len(reply.tool_calls),
     }
     if usage is not None:
@@ -95,9 +97,9 @@ def record_reply(
         attributes |= {
             "gen_ai.system_instructions": json.dumps(list(request.system_messages))[:16000],
             "gen_ai.input.messages": _last_input(transcript),
-            "gen_ai.output.messages": json.dumps(
-                [{"role": "assistant", "content": reply.text}]
-            )[:16000],
+            "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": reply.text}])[
+                :16000
+            ],
         }
     span.set(attributes)
     meter = _meter()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,6 +44,7 @@ __all__ = [
     "count",
     "enabled",
     "install",
+    "joined_trace",
     "runtime",
     "span",
     "tracing_configured",
@@ -195,6 +196,24 @@ class _Span:
         from opentelemetry.trace import Status, StatusCode
 
         self._inner.set_status(Status(StatusCode.ERROR, message[:200]))
+
+
+@contextmanager
+def joined_trace(headers: Mapping[str, str]) -> Iterator[None]:
+    """Within this, what starts joins the trace a W3C `traceparent` header names (if tracing is
+    on and the header is there)."""
+    if not _enabled or "traceparent" not in headers:
+        yield
+        return
+    from opentelemetry import context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier = {k: headers[k] for k in ("traceparent", "tracestate") if k in headers}
+    token = context.attach(TraceContextTextMapPropagator().extract(carrier))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -224,3 +224,45 @@ async def _poll(port: int, predicate: Any, timeout: float = 30.0) -> dict[str, f
             return last
         await asyncio.sleep(0.2)
     raise AssertionError(f"metrics did not move: {last}")
+
+
+async def test_a_run_started_through_the_api_joins_the_callers_trace(
+    temporal_server: EmbeddedServer, task_queue: str, openflow_home: Path
+) -> None:
+    import httpx
+
+    from openflow.api import create_app
+
+    telemetry.install(SimpleSpanProcessor(_EXPORTER))
+    client = await temporal_server.connect()
+    harness = Harness(client, task_queue, openflow_home)
+    harness.script({})
+    app = create_app(client, home=openflow_home, task_queue=task_queue)
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    body = {
+        "workflow": {
+            "id": "wf-api-trace",
+            "name": "traced",
+            "nodes": [node("only")],
+            "edges": [],
+        },
+        "entrypoint": "go",
+    }
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        build_worker(client, task_queue, openflow_home),
+        httpx.AsyncClient(transport=transport, base_url="http://api.test") as http,
+    ):
+        response = await http.post(
+            "/runs", json=body, headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+        )
+        assert response.status_code == 201, response.text
+        run_id = response.json()["run_id"]
+        assert (await harness.result(run_id)).status == "completed"
+    run = next(
+        s
+        for s in _spans()
+        if s.name == "openflow.run wf-api-trace" and s.attributes["openflow.run_id"] == run_id
+    )
+    assert f"{run.context.trace_id:032x}" == trace_id
+    assert f"{run.parent.span_id:016x}" == "00f067aa0ba902b7"

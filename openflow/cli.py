@@ -57,6 +57,7 @@ from openflow.follow import (
     describe_pause,
     file_live_source,
     find_pauses,
+    usage_text,
 )
 from openflow.paths import openflow_home
 from openflow.server import (
@@ -790,12 +791,17 @@ def _print_run(run_id: str, state: dict[str, Any], events: list[dict[str, Any]])
         print(f"workflow  {state['workflowId']}")
     if state.get("lastError"):
         print(f"error     {state['lastError']}")
+    usage = state.get("usage") or {}
+    if usage.get("run"):
+        print(f"usage     {usage_text(usage['run'])}")
+    by_node = usage.get("byNode") or {}
     statuses = state.get("statusByNode") or {}
     if statuses:
         print("nodes")
         width = max(len(node) for node in statuses)
         for node, status in sorted(statuses.items()):
-            print(f"  {node:<{width}}  {status}")
+            spent = f"  {usage_text(by_node[node])}" if node in by_node else ""
+            print(f"  {node:<{width}}  {status:<22}{spent}".rstrip())
     opened: dict[str, Any] = {}
     for event in events:
         if event.get("type") == "NodeAwaitingInput":

@@ -283,7 +283,7 @@ class _Run(Subagents):
         )
 
     def on_review_reply(self, reply: ModelReply) -> None:
-        self.count_usage(reply)  # spent like any call, reported in no event of its own
+        self.report_usage(review.REVIEW_NODE, reply)  # spent like any call
         outcome = classify_reply(reply, review.SUGGESTIONS_SCHEMA).outcome
         self.end_review(*review.parse_suggestions(outcome, set(self.by_id)))
 

@@ -78,7 +78,16 @@ async def test_one_trace_survives_a_worker_restart_and_a_replay(
         await harness.runs.act(run_id, Action(kind="input", node_id="ask", text=ANSWER))
         assert (await harness.result(run_id)).status == "completed"
         events = await harness.events(run_id)
+        state = await harness.state(run_id)
     await harness.replay(run_id)
+    # The running cost: the state's usage is the sum of the per-call usage events.
+    reports = [e for e in events if e["type"] == "UsageReported"]
+    assert len(reports) == 5
+    usage = state["usage"]
+    assert usage["run"]["inputTokens"] == sum(e["usage"]["prompt_tokens"] for e in reports) > 0
+    assert usage["run"]["outputTokens"] == sum(e["usage"]["completion_tokens"] for e in reports)
+    assert sorted(usage["byNode"]) == ["__post_run_review", "ask", "write"]
+    assert usage["run"]["inputTokens"] == sum(u["inputTokens"] for u in usage["byNode"].values())
 
     spans = [s for s in _spans() if s.context.trace_id == caller.context.trace_id]
     ids = [s.context.span_id for s in spans]

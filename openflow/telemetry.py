@@ -36,6 +36,7 @@ TRACER_NAME = "openflow"
 
 _lock = threading.Lock()
 _enabled = False
+_processors: set[int] = set()
 
 __all__ = [
     "CONTENT_ENV",
@@ -76,7 +77,8 @@ def install(processor: Any | None = None) -> bool:
     global _enabled
     with _lock:
         if _enabled:
-            if processor is not None:
+            if processor is not None and id(processor) not in _processors:
+                _processors.add(id(processor))
                 _provider().add_span_processor(processor)
             return True
         if processor is None and not tracing_configured():
@@ -94,6 +96,7 @@ def install(processor: Any | None = None) -> bool:
         if processor is None:
             processor = BatchSpanProcessor(_otlp_exporter())
         provider.add_span_processor(processor)
+        _processors.add(id(processor))
         trace.set_tracer_provider(provider)
         _enabled = True
         return True

@@ -173,6 +173,8 @@ class OpenFlowRun:
             )
         now = self._now()
         self._spans.start(inp.run_id, inp.workflow.id, now, continued=inp.snapshot is not None)
+        if inp.snapshot is not None and inp.state is not None:
+            self._spans.carry_on(dict(self._state.status_by_node), now)
         plan: Plan
         if inp.snapshot is None:
             try:

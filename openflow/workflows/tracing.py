@@ -41,6 +41,14 @@ _ENDS_NODE = (NodeCompleted, NodeFailed, NodeErrored, NodeInterrupted)
 _ENDS_PAUSE = (NodeStarted, ToolApproved, ToolDenied, NodeCompleted, NodeFailed)
 
 
+_PAUSED = {
+    "awaiting_input": "input",
+    "awaiting_tool_approval": "approval",
+    "failed": "retry",
+    "interrupted": "retry",
+}
+
+
 def _ns(at_ms: int) -> int:
     return at_ms * 1_000_000
 
@@ -69,6 +77,22 @@ class RunSpans:
                 "openflow.continued_from_previous": continued,
             },
         )
+
+    def carry_on(self, status_by_node: dict[str, str], at_ms: int) -> None:
+        """In an execution continued from another, open again the spans of the nodes that were
+        busy or waiting when it continued (their earlier spans ended with `openflow.continued`)."""
+        if not self._on:
+            return
+        for node_id, status in sorted(status_by_node.items()):
+            if status in ("queued", "started", "running_tool"):
+                self._nodes[node_id] = self._child(
+                    f"openflow.node {node_id}",
+                    at_ms,
+                    {"openflow.node_id": node_id, "openflow.continued_from_previous": True},
+                )
+            kind = _PAUSED.get(status)
+            if kind is not None:
+                self._start_pause(node_id, kind, at_ms)
 
     def _child(self, name: str, at_ms: int, attributes: dict[str, Any]) -> Any:
         context = trace.set_span_in_context(self._run) if self._run is not None else None
@@ -132,8 +156,7 @@ class RunSpans:
         if continued:
             span.set_attribute("openflow.continued", True)
         span.end(end_time=_ns(at_ms))
-        if not continued:
-            _record_wait(kind, waited)
+        _record_wait(kind, waited)  # a wait split by continue-as-new is recorded in parts
 
     def _end_node(self, node_id: str, at_ms: int, outcome: str, continued: bool = False) -> None:
         span = self._nodes.pop(node_id, None)

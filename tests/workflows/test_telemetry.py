@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ ANSWER = "PLANTED-ANSWER-TEXT"
 CONTENT = "PLANTED-FILE-CONTENT"
 
 _EXPORTER = InMemorySpanExporter()
+_PROCESSOR = SimpleSpanProcessor(_EXPORTER)
 
 
 def _spans() -> list[Any]:
@@ -47,7 +49,7 @@ def _plant_key(home: Path) -> None:
 async def test_one_trace_survives_a_worker_restart_and_a_replay(
     temporal_server: EmbeddedServer, task_queue: str, openflow_home: Path
 ) -> None:
-    telemetry.install(SimpleSpanProcessor(_EXPORTER))
+    telemetry.install(_PROCESSOR)
     client = await temporal_server.connect()
     harness = Harness(client, task_queue, openflow_home)
     harness.script(
@@ -196,9 +198,13 @@ async def test_metrics_port_serves_counters_that_move(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    lines: list[str] = []
+    assert worker.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(worker.stdout or ()), daemon=True)
+    reader.start()
     try:
         await _poll(port, lambda m: bool(m) or worker.poll() is not None, timeout=60)
-        assert worker.poll() is None, worker.communicate()[0]
+        assert worker.poll() is None, "".join(lines)
         wf = make_workflow([node("first"), node("ask", requestUserInput=True)], [("first", "ask")])
         run_id = await harness.start(wf, entrypoint="go")
         await harness.wait_for(run_id, lambda s: s["status"] == "paused", timeout=60)
@@ -213,9 +219,16 @@ async def test_metrics_port_serves_counters_that_move(
         assert later["openflow_tokens_total"] > first["openflow_tokens_total"]
         assert later.get("openflow_pause_wait_ms_count", 0) >= 1
         assert any(name.startswith("temporal_") for name in later)
+        # The unreachable endpoint is said once, however many batches fail.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while "traces could not be exported" not in "".join(lines) and loop.time() < deadline:
+            await asyncio.sleep(0.2)
     finally:
         worker.terminate()
-        output, _ = worker.communicate(timeout=30)
+        worker.wait(timeout=30)
+        reader.join(timeout=5)
+    output = "".join(lines)
     assert output.count("traces could not be exported") == 1, output
     assert "Traceback" not in output, output
 
@@ -242,7 +255,7 @@ async def test_a_run_started_through_the_api_joins_the_callers_trace(
 
     from openflow.api import create_app
 
-    telemetry.install(SimpleSpanProcessor(_EXPORTER))
+    telemetry.install(_PROCESSOR)
     client = await temporal_server.connect()
     harness = Harness(client, task_queue, openflow_home)
     harness.script({})
@@ -275,3 +288,50 @@ async def test_a_run_started_through_the_api_joins_the_callers_trace(
     )
     assert f"{run.context.trace_id:032x}" == trace_id
     assert f"{run.parent.span_id:016x}" == "00f067aa0ba902b7"
+
+
+async def test_continue_as_new_neither_repeats_nor_loses_spans(
+    temporal_server: EmbeddedServer,
+    task_queue: str,
+    openflow_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from openflow.workflows import run as run_module
+
+    monkeypatch.setattr(run_module, "HISTORY_EVENTS_LIMIT", 40)
+    telemetry.install(_PROCESSOR)
+    client = await temporal_server.connect()
+    harness = Harness(client, task_queue, openflow_home)
+    turns = [{"tools": [{"name": "ls", "args": {"path": "."}}]} for _ in range(8)]
+    harness.script({"busy": [*turns, {"submit": {"summary": "done"}}]})
+    wf = make_workflow([node("busy")], []).model_copy(update={"id": "wf-continued"})
+    caller = trace.get_tracer("test").start_span("caller")
+    with trace.use_span(caller, end_on_exit=True):
+        async with build_worker(client, task_queue, openflow_home):
+            run_id = await harness.start(wf)
+            first = (await harness.handle(run_id).describe()).run_id
+            assert (await harness.result(run_id)).status == "completed"
+            assert (await harness.handle(run_id).describe()).run_id != first
+            state = await harness.state(run_id)
+    spans = [s for s in _spans() if s.context.trace_id == caller.context.trace_id]
+    ids = [s.context.span_id for s in spans]
+    assert len(ids) == len(set(ids))
+    names = [s.name for s in spans]
+    executions = names.count("openflow.run wf-continued")
+    assert executions >= 2
+    tools = [s for s in spans if s.name == "execute_tool ls"]
+    # Every call has its span (a read the model turn ran may run once more after continuing).
+    assert len({s.attributes["gen_ai.tool.call.id"] for s in tools}) == 8
+    busy = [s for s in spans if s.name == "openflow.node busy"]
+    # The node's span ends where its execution continued as new, and opens again in the next.
+    assert 2 <= len(busy) <= executions
+    assert sum(1 for s in busy if s.attributes.get("openflow.continued")) == len(busy) - 1
+    assert [s.attributes["openflow.node.outcome"] for s in busy].count("completed") == 1
+    chats = [s for s in spans if s.name == "chat test-model"]
+    assert sum(1 for s in chats if s.attributes["openflow.node_id"] == "busy") == 9
+    # The usage carried across executions counts every call once.
+    assert state["usage"]["byNode"]["busy"]["inputTokens"] == sum(
+        s.attributes["gen_ai.usage.input_tokens"]
+        for s in chats
+        if s.attributes["openflow.node_id"] == "busy"
+    )

@@ -57,6 +57,7 @@ from openflow.follow import (
     describe_pause,
     file_live_source,
     find_pauses,
+    usage_text,
 )
 from openflow.paths import openflow_home
 from openflow.server import (
@@ -152,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a worker for $OPENFLOW_TASK_QUEUE, until Ctrl-C",
         description="Run a worker that executes runs from $OPENFLOW_TASK_QUEUE on "
         "$OPENFLOW_TEMPORAL_ADDRESS until Ctrl-C.",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve Prometheus metrics at http://0.0.0.0:N/metrics",
     )
     worker.set_defaults(handler=cmd_worker)
 
@@ -329,17 +336,20 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """`openflow worker`: a worker on $OPENFLOW_TASK_QUEUE until Ctrl-C or SIGTERM."""
-    return _run(serve_worker())
+    metrics_port = getattr(args, "metrics_port", None)
+    if metrics_port is not None:
+        _check_port_option(metrics_port, "--metrics-port")
+    return _run(serve_worker(metrics_port=metrics_port))
 
 
-async def serve_worker(home: Path | None = None) -> int:
+async def serve_worker(home: Path | None = None, metrics_port: int | None = None) -> int:
     """Run a worker against $OPENFLOW_TEMPORAL_ADDRESS until a signal; what `worker.py` runs."""
     from openflow.worker import build_worker
 
     harden_worker_process()
     home = home or openflow_home()
     open_backends(home)  # a database that cannot be used stops the worker here, in one line
-    client = await connect_client()
+    client = await connect_client(runtime=_metrics_runtime(metrics_port))
     await _ensure_search_attributes(client)
     queue = task_queue()
     worker = build_worker(client, queue, home)
@@ -781,12 +791,17 @@ def _print_run(run_id: str, state: dict[str, Any], events: list[dict[str, Any]])
         print(f"workflow  {state['workflowId']}")
     if state.get("lastError"):
         print(f"error     {state['lastError']}")
+    usage = state.get("usage") or {}
+    if usage.get("run"):
+        print(f"usage     {usage_text(usage['run'])}")
+    by_node = usage.get("byNode") or {}
     statuses = state.get("statusByNode") or {}
     if statuses:
         print("nodes")
         width = max(len(node) for node in statuses)
         for node, status in sorted(statuses.items()):
-            print(f"  {node:<{width}}  {status}")
+            spent = f"  {usage_text(by_node[node])}" if node in by_node else ""
+            print(f"  {node:<{width}}  {status:<22}{spent}".rstrip())
     opened: dict[str, Any] = {}
     for event in events:
         if event.get("type") == "NodeAwaitingInput":
@@ -906,9 +921,23 @@ def cmd_runs_resume(args: argparse.Namespace) -> int:
 # --- plumbing --------------------------------------------------------------------------------
 
 
-async def connect_client() -> Client:
+def _metrics_runtime(metrics_port: int | None) -> Any | None:
+    """The Temporal runtime exporting metrics, or None for the default one; BadInput if the
+    port cannot be bound."""
+    from openflow.telemetry import runtime
+
+    try:
+        return runtime(metrics_port)
+    except (RuntimeError, ValueError) as exc:
+        where = f"port {metrics_port}" if metrics_port is not None else "the OTLP endpoint"
+        raise BadInput(f"metrics cannot be served on {where}: {exc}") from None
+
+
+async def connect_client(runtime: Any | None = None) -> Client:
     """A client of the configured Temporal (`openflow.connect`); BadInput says what failed."""
     try:
+        if runtime is not None:
+            return await connect(load_target(), runtime=runtime)
         return await connect(load_target())
     except ConnectError as exc:
         raise BadInput(str(exc)) from None

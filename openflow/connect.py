@@ -250,6 +250,10 @@ async def connect(
     target = target if target is not None else load_target()
     options = {**target.connect_kwargs(), "data_converter": data_converter, **kwargs}
     options.setdefault("connect_timeout", CONNECT_TIMEOUT)
+    if "plugins" not in options:
+        from openflow.telemetry import client_plugins
+
+        options["plugins"] = client_plugins()
     try:
         client = await asyncio.wait_for(
             Client.connect(target.address, **options), FIRST_CALL_TIMEOUT_S

@@ -164,6 +164,8 @@ class ToolBatchResult(OmitDefaults, _Model):
     changed_files: list[dict[str, Any]] = Field(default_factory=list)
     reads: list[dict[str, Any]] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list)
+    #: How long each call took, in milliseconds, in call order (the engine's `PhaseTimed` tool).
+    ms: list[int] = Field(default_factory=list)
 
 
 def _segment(text: str) -> str:
@@ -217,6 +219,8 @@ class ModelTurnResult(OmitDefaults, _Model):
     refs_missing: bool = False
     #: The reply's calls, run in the same activity when all of them were `eager_tools`.
     tools: ToolBatchResult | None = None
+    #: How long the model call took, in milliseconds (the engine's `PhaseTimed` ai_invoke).
+    ms: int | None = None
 
 
 class HandoffInput(_Model):

@@ -207,6 +207,33 @@ def structured_question_text(structured: dict[str, Any]) -> str:
     return " ".join(p for p in parts if p) or json.dumps(structured, ensure_ascii=False)
 
 
+def usage_text(usage: dict[str, Any]) -> str:
+    """`1,234 in · 56 out · 800 cached · ~$0.0123`: a state's usage (U of CONTRACT 8)."""
+    parts = [
+        f"{int(usage.get('inputTokens') or 0):,} in",
+        f"{int(usage.get('outputTokens') or 0):,} out",
+    ]
+    if usage.get("cachedTokens"):
+        parts.append(f"{int(usage['cachedTokens']):,} cached")
+    if usage.get("cacheWriteTokens"):
+        parts.append(f"{int(usage['cacheWriteTokens']):,} cache writes")
+    parts.append(f"~${float(usage.get('estimatedCostUsd') or 0.0):.4f}")
+    return " · ".join(parts)
+
+
+def _add_usage(total: dict[str, Any], report: dict[str, Any]) -> None:
+    for key, name in (
+        ("inputTokens", "prompt_tokens"),
+        ("outputTokens", "completion_tokens"),
+        ("cachedTokens", "cached_input_tokens"),
+        ("cacheWriteTokens", "cache_creation_input_tokens"),
+    ):
+        total[key] = int(total.get(key) or 0) + int(report.get(name) or 0)
+    total["estimatedCostUsd"] = float(total.get("estimatedCostUsd") or 0.0) + float(
+        report.get("cost_usd") or 0.0
+    )
+
+
 class Renderer:
     """Prints run events as short lines; streamed tokens flow inline under their node."""
 
@@ -215,6 +242,7 @@ class Renderer:
         self.labels: dict[str, str] = {}
         self._stream: str | None = None
         self._streamed: set[str] = set()
+        self.usage: dict[str, Any] = {}
 
     def label(self, node_id: str | None) -> str:
         if not node_id:
@@ -359,6 +387,7 @@ class Renderer:
 
     def _on_NodeFailed(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
         self._line(f"✖ {node} failed: {_clip(str(event.get('error') or ''), 300)}", "bold red")
+        self._spent()
 
     def _on_NodeInterrupted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
         self._line(f"⏸ {node} interrupted", "yellow")
@@ -383,9 +412,19 @@ class Renderer:
                 "cyan",
             )
         self._line("■ run completed", "bold green")
+        self._spent()
+
+    def _on_UsageReported(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+        if isinstance(event.get("usage"), dict):
+            _add_usage(self.usage, event["usage"])
+
+    def _spent(self) -> None:
+        if self.usage:
+            self._line(f"  spent {usage_text(self.usage)}", "dim")
 
     def _on_Aborted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
         self._line("■ run stopped", "bold yellow")
+        self._spent()
 
     def _on_Error(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
         message = str(event.get("message") or "")

@@ -71,7 +71,13 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
     """The workflow sandbox, with the deterministic engine passed through once."""
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "openflow", "pydantic", "pydantic_core", "jsonschema", "networkx", "referencing"
+            "openflow",
+            "pydantic",
+            "pydantic_core",
+            "jsonschema",
+            "networkx",
+            "referencing",
+            "opentelemetry",
         )
     )
 

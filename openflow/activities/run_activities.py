@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from temporalio import activity
 from openflow import contracts as c
 from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
+from openflow.activities.spans import elapsed_ms, model_span, record_failure, record_reply
 from openflow.activities.store import KeyNotFound, RunStore
 from openflow.engine.advance import reply_items
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
@@ -506,11 +508,25 @@ class RunActivities:
                 },
             )
 
+        started = time.monotonic()
         try:
             provider = self._run_provider(inp)
-            reply = await provider.complete(request, transcript, tools, on_delta)
+            with model_span(inp, request) as span:
+                try:
+                    reply = await provider.complete(request, transcript, tools, on_delta)
+                except ProviderError as exc:
+                    span.error(exc.failure.message)
+                    span.set({"error.type": exc.failure.kind})
+                    raise
+                reply = self._priced(reply, request.model)
+                record_reply(span, inp, request, reply, transcript)
         except ProviderError as exc:
-            return c.ModelTurnResult(failure=exc.failure, persisted_len=persisted)
+            record_failure(inp, request, exc.failure.kind)
+            return c.ModelTurnResult(
+                failure=exc.failure,
+                persisted_len=persisted,
+                ms=elapsed_ms(started),
+            )
         finally:
             for role in sorted(streamed):
                 assert live is not None
@@ -525,7 +541,8 @@ class RunActivities:
                         "finalize": True,
                     },
                 )
-        reply = compact_reply(self._priced(reply, request.model))
+        latency_ms = elapsed_ms(started)
+        reply = compact_reply(reply)
         tools, results = await self._eager_tools(inp, request, reply)
         items: list[TranscriptItem] = [*reply_items(reply), *results]
         if tools is not None:
@@ -537,7 +554,7 @@ class RunActivities:
         # The reply (and any results) go straight after what this turn sent, synced: the next
         # turn finds them in place, and they are the only full copy of the tools' output.
         await heartbeating(asyncio.to_thread(self._keep_reply, inp, persisted, items))
-        return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=tools)
+        return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=tools, ms=latency_ms)
 
     def _keep_reply(
         self, inp: c.ModelTurnInput, persisted: int, items: list[TranscriptItem]
@@ -780,6 +797,7 @@ class RunActivities:
             changed_files=outcome.changed_files,
             reads=outcome.reads,
             events=outcome.events,
+            ms=outcome.durations_ms,
         )
         return result, full
 

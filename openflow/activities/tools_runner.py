@@ -28,6 +28,7 @@ class BatchRun:
     changed_files: list[dict[str, Any]] = field(default_factory=list)
     reads: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    durations_ms: list[int] = field(default_factory=list)
 
 
 def default_tools() -> Any:
@@ -118,6 +119,7 @@ async def run_batch(acts: RunActivities, inp: c.ToolBatchInput) -> BatchRun:
         changed_files=[_plain(r) for r in getattr(outcome, "changed_files", [])],
         reads=[_plain(r) for r in getattr(outcome, "reads", [])],
         events=events,
+        durations_ms=list(outcome.durations_ms),
     )
 
 

@@ -32,6 +32,7 @@ from openflow.engine.events import RunEvent
 from openflow.engine.projection import WorkflowRunState
 from openflow.engine.spec import Workflow
 from openflow.settings import load_settings
+from openflow.telemetry import joined_trace
 
 router = APIRouter(prefix="/runs", tags=["runs"], route_class=StrictJsonRoute)
 
@@ -47,9 +48,17 @@ _ACT_ERRORS = documented(400, 401, 404, 409, 413, 422, 503)
     responses=documented(400, 401, 404, 409, 413, 422, 503),
 )
 async def start_run(
-    body: StartRun, runs: RunsDep, context: ContextDep, tenant: TenantDep, response: Response
+    body: StartRun,
+    runs: RunsDep,
+    context: ContextDep,
+    tenant: TenantDep,
+    response: Response,
+    request: Request,
 ) -> RunRef:
-    """Start a run of a catalog workflow (snapshotted now) or of an inline workflow."""
+    """Start a run of a catalog workflow (snapshotted now) or of an inline workflow.
+
+    With tracing on, a W3C `traceparent` header makes the run's spans part of the caller's
+    trace."""
     project = _project_dir(body.project_dir)
     workflow = body.workflow
     if workflow is None:
@@ -64,13 +73,14 @@ async def start_run(
                 f"{sorted(settings.providers)!r}",
                 code="unknown_provider",
             )
-    run_id = await runs.start(
-        workflow,
-        entrypoint=body.entrypoint,
-        run_id=body.run_id,
-        project_dir=str(project) if project else None,
-        provider_id=body.provider_id,
-    )
+    with joined_trace(request.headers):
+        run_id = await runs.start(
+            workflow,
+            entrypoint=body.entrypoint,
+            run_id=body.run_id,
+            project_dir=str(project) if project else None,
+            provider_id=body.provider_id,
+        )
     response.headers["Location"] = f"/runs/{run_id}"
     return RunRef(run_id=run_id, status="running", workflow_id=workflow.id)
 

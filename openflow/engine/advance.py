@@ -283,7 +283,7 @@ class _Run(Subagents):
         )
 
     def on_review_reply(self, reply: ModelReply) -> None:
-        self.count_usage(reply)  # spent like any call, reported in no event of its own
+        self.report_usage(review.REVIEW_NODE, reply)  # spent like any call
         outcome = classify_reply(reply, review.SUGGESTIONS_SCHEMA).outcome
         self.end_review(*review.parse_suggestions(outcome, set(self.by_id)))
 
@@ -418,16 +418,19 @@ class _Run(Subagents):
 
     def on_model_replied(self, fact: ModelReplied) -> None:
         if fact.call_id == self.s.review_call:
+            self.time_model(fact.node_id, fact.ms)
             self.on_review_reply(fact.reply)
             return
         parent = self.take_child_call(fact.call_id)
         if parent is not None:
+            self.time_model(parent, fact.ms)
             self.on_child_replied(parent, fact)
             return
         taken = self.take_call(fact.call_id)
         if taken is None:
             return
         node_id, ns, call = taken
+        self.time_model(node_id, fact.ms)
         if call.kind != "node":
             self.on_repair_reply(node_id, fact.reply)
             return
@@ -438,17 +441,20 @@ class _Run(Subagents):
 
     def on_model_failed(self, fact: ModelFailed) -> None:
         if fact.call_id == self.s.review_call:
+            self.time_model(fact.node_id, fact.ms)
             # No retries: the review is advice, and the run has already succeeded.
             self.end_review([], f"Reviewer request failed: {fact.failure.message}")
             return
         parent = self.take_child_call(fact.call_id)
         if parent is not None:
+            self.time_model(parent, fact.ms)
             self.on_child_failed(parent, fact)
             return
         taken = self.take_call(fact.call_id)
         if taken is None:
             return
         node_id, ns, call = taken
+        self.time_model(node_id, fact.ms)
         if call.kind != "node":
             self.on_repair_failure(node_id, fact.failure)
             return
@@ -541,6 +547,7 @@ class _Run(Subagents):
             if found is None:
                 continue
             index, result = found
+            self.time_tool(node_id, call.name, fact.ms, index)
             origin = stored_result(fact, index)
             self.add_result(
                 node_id,

@@ -64,6 +64,8 @@ from openflow.engine.events import (
     ToolUpdated,
     UsageReported,
 )
+from openflow.engine.request import UsageReport
+from openflow.engine.review import REVIEW_NODE
 
 AgentStatus = Literal[
     "idle",
@@ -138,6 +140,33 @@ class TraceEntry(_Item):
     at_ms: int | None = Field(default=None, alias="atMs")
 
 
+class Usage(_Item):
+    """Tokens and estimated cost spent so far (CONTRACT 8 `usage`)."""
+
+    input_tokens: int = Field(default=0, alias="inputTokens")
+    output_tokens: int = Field(default=0, alias="outputTokens")
+    cached_tokens: int = Field(default=0, alias="cachedTokens")
+    cache_write_tokens: int = Field(default=0, alias="cacheWriteTokens")
+    estimated_cost_usd: float = Field(default=0.0, alias="estimatedCostUsd")
+
+    def plus(self, report: UsageReport) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + report.prompt_tokens,
+            output_tokens=self.output_tokens + report.completion_tokens,
+            cached_tokens=self.cached_tokens + report.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + report.cache_creation_input_tokens,
+            estimated_cost_usd=round(self.estimated_cost_usd + (report.cost_usd or 0.0), 6),
+        )
+
+
+class RunUsage(_Item):
+    """The run's spend and each node's (a subagent's counts as its node's; the post-run
+    review's under its own id)."""
+
+    run: Usage = Field(default_factory=Usage)
+    by_node: dict[str, Usage] = Field(default_factory=dict, alias="byNode")
+
+
 class ContextWindow(_Item):
     """How full a node's context window was at its last model call."""
 
@@ -198,6 +227,7 @@ class WorkflowRunState(BaseModel):
     context_window_by_node: dict[str, ContextWindow] = Field(
         default_factory=dict, alias="contextWindowByNode"
     )
+    usage: RunUsage = Field(default_factory=RunUsage)
 
     def as_json(self) -> dict[str, Any]:
         """The flat camelCase object the `state` query returns."""
@@ -685,6 +715,21 @@ def _on_subagents_declared(s: WorkflowRunState, event: SubagentsDeclared) -> Non
 
 
 def _on_usage(s: WorkflowRunState, event: UsageReported) -> None:
+    owner = next(
+        (
+            node
+            for node, subagents in sorted(s.subagents_by_node.items())
+            if any(sub.id == event.node_id for sub in subagents)
+        ),
+        event.node_id,
+    )
+    by_node = s.usage.by_node
+    s.usage = RunUsage(
+        run=s.usage.run.plus(event.usage),
+        by_node={**by_node, owner: by_node.get(owner, Usage()).plus(event.usage)},
+    )
+    if event.node_id == REVIEW_NODE:
+        return
     window = ContextWindow(
         used_tokens=event.usage.total_tokens,
         cached_input_tokens=event.usage.cached_input_tokens,

@@ -83,6 +83,19 @@ class RunBase:
         data = {"type": type_, "seq": self.s.event_seq, "at_ms": self.now, **fields}
         self.events.append(EVENT_ADAPTER.validate_python(data))
 
+    def time_model(self, node_id: str, ms: int | None) -> None:
+        """Spec 9.1's `PhaseTimed` ai_invoke, from the duration the model call measured."""
+        if ms is not None:
+            label = self.by_id[node_id].label if node_id in self.by_id else node_id
+            self.emit("PhaseTimed", phase="ai_invoke", label=label, node_id=node_id, duration_ms=ms)
+
+    def time_tool(self, node_id: str, tool: str, ms: tuple[int, ...], index: int) -> None:
+        """Spec 9.1's `PhaseTimed` tool, from the durations the batch measured."""
+        if index < len(ms):
+            self.emit(
+                "PhaseTimed", phase="tool", label=tool, node_id=node_id, duration_ms=ms[index]
+            )
+
     def emit_reported(self, node_id: str, data: dict[str, Any]) -> None:
         """An event a tool batch reported; one that is not a valid run event is noted, not kept."""
         fields = dict(data)

@@ -384,6 +384,8 @@ class ModelReplied(_Frozen):
     persisted_len: int | None = None
     #: The activity wrote the reply's items to the transcript from line `persisted_len` on.
     in_transcript: bool = False
+    #: How long the call took, as the activity measured it (None in older histories).
+    ms: int | None = None
 
 
 class ModelFailed(_Frozen):
@@ -394,6 +396,7 @@ class ModelFailed(_Frozen):
     persisted_len: int | None = None
     lost: bool = False
     refs_missing: bool = False
+    ms: int | None = None
 
 
 class ToolResultSummary(OmitDefaults, _Frozen):
@@ -420,6 +423,8 @@ class ToolsFinished(_Frozen):
     changed_files: tuple[dict[str, Any], ...] = ()
     reads: tuple[dict[str, Any], ...] = ()
     events: tuple[dict[str, Any], ...] = ()
+    #: How long each call took, by result index, as the batch measured it.
+    ms: tuple[int, ...] = ()
 
 
 def stored_reply(fact: ModelReplied) -> list[StoredItemRef] | None:

@@ -765,6 +765,7 @@ class Subagents(Turns):
             if found is None:
                 continue
             index, result = found
+            self.time_tool(node_id, call.name, fact.ms, index)
             origin = stored_result(fact, index)
             self.child_result(
                 node_id,

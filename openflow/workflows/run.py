@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         read_act,
         read_after,
     )
+    from openflow.workflows.tracing import RunSpans
 
 _EVENT = TypeAdapter(RunEvent)
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
@@ -143,6 +144,7 @@ class OpenFlowRun:
         # Tool results a model turn brought back with its reply, by node, for this step only.
         self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult, int]] = {}
         self._events_limit = OLD_HISTORY_EVENTS_LIMIT
+        self._spans = RunSpans()
 
     # --- the run ------------------------------------------------------------------------
 
@@ -170,6 +172,9 @@ class OpenFlowRun:
                 else None,
             )
         now = self._now()
+        self._spans.start(inp.run_id, inp.workflow.id, now, continued=inp.snapshot is not None)
+        if inp.snapshot is not None and inp.state is not None:
+            self._spans.carry_on(dict(self._state.status_by_node), now)
         plan: Plan
         if inp.snapshot is None:
             try:
@@ -204,6 +209,7 @@ class OpenFlowRun:
                     limits=workflow.patched(INPUT_LIMITS),
                 )
                 self._apply(plan, [])
+                self._spans.end("failed", self._now())
                 return self._result()
             self._profiles = prepared.profiles
             self._active_provider = prepared.active_provider
@@ -249,7 +255,9 @@ class OpenFlowRun:
             self._step()
         await self._settle_cancelled_work()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return self._result()
+        result = self._result()
+        self._spans.end(result.status, self._now())
+        return result
 
     def _now(self) -> int:
         return int(workflow.now().timestamp() * 1000)
@@ -278,6 +286,7 @@ class OpenFlowRun:
         self._snapshot = plan.snapshot
         self._status = plan.status
         self._events.extend(plan.events)
+        self._spans.observe(plan.events)
         intents = [*carried, *plan.intents]
         if not plan.done and self._history_long() and not self._busy():
             self._deferred = [
@@ -384,6 +393,7 @@ class OpenFlowRun:
             changed_files=tuple(result.changed_files),
             reads=tuple(result.reads),
             events=tuple(result.events),
+            ms=tuple(result.ms),
         )
 
     def _spawn(self, work_id: str, coro: Any) -> None:
@@ -431,19 +441,8 @@ class OpenFlowRun:
             eager=bool(eager),
         )
         try:
-            result = await workflow.execute_activity(
-                c.ACTIVITY_MODEL_TURN,
-                arg,
-                result_type=c.ModelTurnResult,
-                start_to_close_timeout=MODEL_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=NO_RETRY,
-                cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-                summary="post-run review"
-                if intent.purpose == "review"
-                else f"model turn · {intent.node_id}"
-                + (f" · attempt {intent.model_attempt}" if intent.model_attempt > 1 else ""),
-            )
+            with self._spans.within(intent.node_id):
+                result = await self._model_activity(intent, arg)
         except ActivityError as exc:
             self._headers_sent.discard(digest)
             self._facts.append(
@@ -478,6 +477,7 @@ class OpenFlowRun:
                     reply_key=result.reply_key,
                     persisted_len=result.persisted_len,
                     in_transcript=in_transcript,
+                    ms=result.ms,
                 )
             )
         else:
@@ -491,8 +491,24 @@ class OpenFlowRun:
                     failure=failure,
                     persisted_len=result.persisted_len,
                     refs_missing=result.refs_missing,
+                    ms=result.ms,
                 )
             )
+
+    async def _model_activity(self, intent: CallModel, arg: c.ModelTurnInput) -> c.ModelTurnResult:
+        return await workflow.execute_activity(
+            c.ACTIVITY_MODEL_TURN,
+            arg,
+            result_type=c.ModelTurnResult,
+            start_to_close_timeout=MODEL_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=NO_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+            summary="post-run review"
+            if intent.purpose == "review"
+            else f"model turn · {intent.node_id}"
+            + (f" · attempt {intent.model_attempt}" if intent.model_attempt > 1 else ""),
+        )
 
     async def _tool_batch(self, intent: RunTools) -> None:
         assert self._snapshot is not None
@@ -517,7 +533,8 @@ class OpenFlowRun:
         )
         retry = NO_RETRY if intent.side_effects else RetryPolicy(maximum_attempts=3)
         try:
-            result = await self._batch_activity(arg, retry, summary[:200])
+            with self._spans.within(intent.node_id):
+                result = await self._batch_activity(arg, retry, summary[:200])
         except ActivityError as exc:
             if intent.side_effects:
                 reason = str(exc.cause or exc)
@@ -648,6 +665,7 @@ class OpenFlowRun:
 
     def _continue_as_new(self, pending: list[Intent]) -> None:
         assert self._input is not None and self._snapshot is not None
+        self._spans.end("continued", self._now())
         workflow.continue_as_new(
             c.RunInput(
                 run_id=self._input.run_id,

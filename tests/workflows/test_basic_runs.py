@@ -287,7 +287,7 @@ async def test_usage_and_estimated_cost_reach_the_report(harness: Harness) -> No
     expected = (report["tokens_in"] * 1000.0 + report["tokens_out"] * 2000.0) / 1_000_000
     assert report["estimated_cost_usd"] == pytest.approx(expected)
     usage = [e for e in await harness.events(run_id) if e["type"] == "UsageReported"]
-    assert len(usage) == 1, "the node's turn reports its usage (the post-run review adds none)"
+    assert [e["node_id"] for e in usage] == ["a", "__post_run_review"]
     turn = usage[0]["usage"]
     node_cost = (turn["prompt_tokens"] * 1000.0 + turn["completion_tokens"] * 2000.0) / 1_000_000
     assert turn["cost_usd"] == pytest.approx(node_cost)
@@ -296,6 +296,12 @@ async def test_usage_and_estimated_cost_reach_the_report(harness: Harness) -> No
     assert report["estimated_cost_usd"] > node_cost
     used = state["contextWindowByNode"]["a"]["usedTokens"]
     assert used == turn["prompt_tokens"] + turn["completion_tokens"]
+    assert set(state["contextWindowByNode"]) == {"a"}
+    # The state's running usage agrees with the report.
+    assert state["usage"]["run"]["inputTokens"] == report["tokens_in"]
+    assert state["usage"]["run"]["outputTokens"] == report["tokens_out"]
+    assert state["usage"]["run"]["estimatedCostUsd"] == pytest.approx(report["estimated_cost_usd"])
+    assert state["usage"]["byNode"]["a"]["estimatedCostUsd"] == pytest.approx(node_cost)
 
 
 async def test_a_provider_without_its_key_fails_the_start_naming_the_variable(

@@ -157,6 +157,15 @@ async def test_declared_and_saved_subagents_answer_their_parent_and_replay(
         (SCOUT, "completed"),
     ]
     assert state["outputs"][SCOUT] == {"summary": "notes written"}
+    # What the subagents spent is their parent's.
+    reports = [
+        e for e in events if e["type"] == "UsageReported" and e["node_id"] != "__post_run_review"
+    ]
+    assert {e["node_id"] for e in reports} == {"lead", SCOUT, "reviewer"}
+    assert set(state["usage"]["byNode"]) == {"lead", "__post_run_review"}
+    assert state["usage"]["byNode"]["lead"]["inputTokens"] == sum(
+        e["usage"]["prompt_tokens"] for e in reports
+    )
     run_dir = harness.home / "runs" / run_id
     assert (run_dir / "workspace" / "notes.txt").read_text() == "hi\n"
     lines = (run_dir / "transcripts" / "reviewer.jsonl").read_text().splitlines()

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from openflow.activities.spans import count_retry, elapsed_ms, record_tool, tool_span
 from openflow.activities.tools.base import (
     Cancelled,
     Failed,
@@ -68,6 +69,8 @@ class BatchOutcome(BaseModel):
     interrupted: bool = False
     changed_files: list[dict[str, Any]] = Field(default_factory=list)
     reads: list[dict[str, str]] = Field(default_factory=list)
+    #: How long each call took, in milliseconds, in call order.
+    durations_ms: list[int] = Field(default_factory=list)
 
 
 class LockTable:
@@ -147,6 +150,7 @@ class _CallOutcome:
     changed: list[dict[str, Any]] = field(default_factory=list)
     reads: list[ReadRecord] = field(default_factory=list)
     cancelled: bool = False
+    ms: int | None = None
 
 
 def _groups(calls: Sequence[ToolCall], registry: ToolRegistry) -> list[list[int]]:
@@ -203,6 +207,7 @@ async def _attempts(
                 raise
             attempt += 1
             delay = tool_backoff_ms(backoff_ms, attempt, ctx.node_id)
+            count_retry("tool")
             _emit(
                 ctx,
                 ToolRetrying(
@@ -313,6 +318,31 @@ async def _run_call(
     budget: asyncio.Semaphore,
     cache: ResultCache | None,
 ) -> _CallOutcome:
+    """Run one call in its span, timed."""
+    tool = registry.get(call.name)
+    tier = str(tool.tier) if tool is not None else "unavailable"
+    started = time.monotonic()
+    with tool_span(ctx.node_id, call.id, call.name, tier) as span:
+        outcome = await _run_one(ctx, call, registry, locks, budget, cache)
+        outcome.ms = elapsed_ms(started)
+        if outcome.cancelled:
+            result = "cancelled"
+        elif tool is None:
+            result = "unavailable"
+        else:
+            result = "error" if outcome.result.is_error else "ok"
+        record_tool(span, call.name, result, outcome.ms)
+    return outcome
+
+
+async def _run_one(
+    ctx: ToolContext,
+    call: ToolCall,
+    registry: ToolRegistry,
+    locks: LockTable,
+    budget: asyncio.Semaphore,
+    cache: ResultCache | None,
+) -> _CallOutcome:
     tool = registry.get(call.name)
     if tool is None:
         return _CallOutcome(result=unavailable_result(call))
@@ -404,15 +434,21 @@ async def execute_batch(
     changed: list[dict[str, Any]] = []
     reads: dict[str, dict[str, str]] = {}
     interrupted = False
+    durations: list[int] = []
     for call, maybe in zip(calls, outcomes, strict=True):
         outcome = maybe or _CallOutcome(result=cancelled_result(call), cancelled=True)
         interrupted = interrupted or outcome.cancelled
         results.append(outcome.result)
+        durations.append(outcome.ms or 0)
         changed.extend(outcome.changed)
         for record in outcome.reads:
             reads[record.path] = record.as_dict()
     return BatchOutcome(
-        results=results, interrupted=interrupted, changed_files=changed, reads=list(reads.values())
+        results=results,
+        interrupted=interrupted,
+        changed_files=changed,
+        reads=list(reads.values()),
+        durations_ms=durations,
     )
 
 

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from openflow.activities.store import RunStore
-from openflow.api import files, health, inbox, runs, workflows
+from openflow.api import docs, files, health, inbox, pages, runs, workflows
 from openflow.api.auth import TenantKeys
 from openflow.api.deps import ApiContext
 from openflow.api.errors import ServiceUnavailable, UnsafeBind, install_error_handlers
@@ -88,7 +88,7 @@ def create_app(
         description=DESCRIPTION,
         version=_version(),
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
     )
@@ -99,6 +99,8 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(files.router)
     app.include_router(inbox.router)
+    app.include_router(pages.router)
+    docs.install(app)
     app.add_middleware(ErrorBoundary)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
@@ -141,7 +143,7 @@ async def _serve(host: str, port: int, home: Path, *, loopback: bool, keyless: b
     if keyless:
         print(
             f"OpenFlow API: no API keys configured, serving loopback only "
-            f"(http://{host}:{port}, docs at /docs)",
+            f"(http://{host}:{port}, pages at /ui, docs at /docs)",
             file=sys.stderr,
             flush=True,
         )

@@ -1,0 +1,218 @@
+"""The pages in a real browser: start, follow, approve and answer runs; nothing a model writes runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.worker import Worker
+
+from openflow.api import create_app
+from openflow.live import FileLiveChannel
+from tests.api.browser import By, Page, session_driver
+from tests.api.conftest import KEY_A, KEY_B, ServedApp, bearer, node, set_keys, workflow_json
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+HOSTILE = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
+MARKDOWN = "# Release notes\n\nThe write is **done**.\n\n- one\n- two\n"
+WRITE = {"name": "write", "args": {"path": "notes.txt", "content": "hello\n"}, "id": "call-w"}
+
+
+@pytest.fixture
+def served(openflow_env: dict[str, str], openflow_home: Path) -> Iterator[ServedApp]:
+    app = create_app(
+        home=openflow_home,
+        live=FileLiveChannel(openflow_home / "runs"),
+        poll_interval=0.05,
+        keepalive_interval=0.5,
+    )
+    with ServedApp(app) as served_app:
+        yield served_app
+
+
+@pytest.fixture
+def page(served: ServedApp) -> Page:
+    return Page(session_driver(), served.url)
+
+
+async def start(http: httpx.AsyncClient, key: str | None = None, **body: Any) -> str:
+    response = await http.post("/runs", json=body, headers=bearer(key) if key else None)
+    assert response.status_code == 201, response.text
+    run_id: str = response.json()["run_id"]
+    return run_id
+
+
+async def test_a_run_started_from_the_page_streams_is_approved_and_shows_its_handoff(
+    page: Page, served: ServedApp, worker: Worker, script: Any, tmp_path: Path
+) -> None:
+    say = "Writing the release notes to notes.txt, token by token."
+    script(
+        {
+            "doc": [
+                {"tools": [WRITE], "say": say, "stream": True, "delay_ms": 200},
+                {"submit": {"markdown": MARKDOWN}},
+            ]
+        }
+    )
+    doc = node("doc", handoff={"format": "markdown"}, output_schema=None)
+    async with httpx.AsyncClient(base_url=served.url) as http:
+        saved = await http.put("/workflows/wf-notes", json=workflow_json([doc], wf_id="wf-notes"))
+        assert saved.status_code in (200, 201), saved.text
+    project = tmp_path / "project"
+    project.mkdir()
+
+    await page.open("/ui")
+    await page.css("#start-workflow option[value='wf-notes']")
+    await page.call((await page.css("#start-entrypoint")).send_keys, "Write the notes")
+    await page.call((await page.css("#start-project")).send_keys, str(project))
+    await page.call((await page.css("button[name=start]")).click)
+
+    await page.css("article.pending.approval")
+    await page.wait_text("article.node-detail[data-node=doc] .conversation", say)
+    assert int(await page.script("return Number(document.body.dataset.liveDeltas || 0)")) > 0
+    await page.wait_text("article.pending.approval", "notes.txt")
+    await page.call((await page.css("article.pending.approval button[name=approve]")).click)
+
+    await page.wait_text(".run-head .status", "completed")
+    await page.wait_text("article.node-detail[data-node=doc] .handoff h3", "Release notes")
+    strong = await page.css("article.node-detail[data-node=doc] .handoff strong")
+    assert await page.call(lambda: strong.text) == "done"
+    assert (project / "notes.txt").read_text() == "hello\n"
+    await page.wait_text(".graph a.node[data-node=doc]", "completed")
+    link = await page.css("a.external")
+    assert "/workflows/" in str(await page.call(link.get_attribute, "href"))
+
+    shot = tmp_path / "run-page.png"
+    await page.call(page.driver.save_screenshot, str(shot))
+    assert shot.stat().st_size > 10_000
+
+
+async def test_an_input_answered_from_the_inbox(
+    page: Page, served: ServedApp, worker: Worker, script: Any
+) -> None:
+    question = {
+        "questions": [
+            {
+                "id": "tone",
+                "header": "Tone",
+                "question": "Which tone?",
+                "options": [
+                    {"label": "Formal", "description": "for customers"},
+                    {"label": "Casual", "description": "for the team"},
+                ],
+            }
+        ]
+    }
+    script({"ask": [{"question": question}, {"echo": True}]})
+    async with httpx.AsyncClient(base_url=served.url) as http:
+        run_id = await start(http, workflow=workflow_json([node("ask")]))
+        await page.open("/ui/inbox")
+        card = await page.css("article.pending.input")
+        await page.wait_text("article.pending.input", "Which tone?")
+        radio = await page.call(card.find_element, By.CSS_SELECTOR, "input[value=Casual]")
+        await page.call(radio.click)
+        await page.call((await page.css("article.pending.input button[name=answer-submit]")).click)
+        await page.wait_text("article.pending.input .notice", "Done")
+
+        async def completed() -> dict[str, Any]:
+            for _ in range(600):
+                state = (await http.get(f"/runs/{run_id}")).json()
+                if state["status"] == "completed":
+                    return state
+                await page.call(lambda: None)
+            raise AssertionError(f"run not completed: {state['status']}")
+
+        state = await completed()
+    users = [m["content"] for m in state["chatLogs"]["ask"] if m["role"] == "user"]
+    assert users == ["Which tone?: Casual"]
+
+
+async def test_an_action_answered_elsewhere_shows_the_runs_reason(
+    page: Page, served: ServedApp, worker: Worker, script: Any
+) -> None:
+    script({"ask": [{"ask": "Your name?"}, {"echo": True}], "hold": [{"ask": "Wait here"}]})
+    async with httpx.AsyncClient(base_url=served.url) as http:
+        run_id = await start(http, workflow=workflow_json([node("ask"), node("hold")]))
+        await page.open(f"/ui/runs/{run_id}")
+        box = await page.css("article.pending.input[data-key*=ask] textarea")
+        await page.call(box.send_keys, "Grace")
+        answered = await http.post(f"/runs/{run_id}/input", json={"node_id": "ask", "text": "Ada"})
+        assert answered.status_code == 200, answered.text
+        await page.wait_text(".graph a.node[data-node=ask]", "completed")
+        button = await page.css("article.pending.input[data-key*=ask] button[name=answer-submit]")
+        await page.call(button.click)
+        await page.wait_text("article.pending.input[data-key*=ask] .notice.error", "Not accepted:")
+        reason = await page.text_of("article.pending.input[data-key*=ask] .notice.error")
+        assert "ask" in reason.removeprefix("Not accepted:"), reason
+        state = (await http.get(f"/runs/{run_id}")).json()
+    assert [m["content"] for m in state["chatLogs"]["ask"] if m["role"] == "user"] == ["Ada"]
+
+
+async def test_model_output_with_markup_is_shown_as_text_and_runs_nothing(
+    page: Page, served: ServedApp, worker: Worker, script: Any
+) -> None:
+    script(
+        {
+            "doc": [
+                {"tools": [{"name": "read", "args": {"path": HOSTILE}}], "say": HOSTILE},
+                {
+                    "submit": {
+                        "markdown": f"# Title {HOSTILE}\n\n[x](javascript:alert(1)) {HOSTILE}"
+                    }
+                },
+            ]
+        }
+    )
+    doc = node("doc", handoff={"format": "markdown"}, output_schema=None)
+    async with httpx.AsyncClient(base_url=served.url) as http:
+        run_id = await start(http, workflow=workflow_json([doc]))
+        await page.open(f"/ui/runs/{run_id}")
+        await page.wait_text(".run-head .status", "completed")
+        await page.wait_text(".handoff h3", "Title")
+    await page.wait_text("article.node-detail[data-node=doc] .conversation", "<script>")
+    await page.wait_text(".handoff", "onerror")
+    found = await page.script(
+        "return {pwned: window.__pwned, imgs: document.querySelectorAll('main img').length,"
+        " scripts: document.querySelectorAll('main script').length,"
+        " js: [...document.querySelectorAll('main a')].filter(a => a.href.startsWith('javascript')).length}"
+    )
+    assert found == {"pwned": None, "imgs": 0, "scripts": 0, "js": 0}
+
+
+async def test_with_api_keys_another_tenants_run_is_not_reachable(
+    page: Page, served: ServedApp, worker: Worker, script: Any, openflow_home: Path
+) -> None:
+    set_keys(openflow_home, {KEY_A: "tenant-a", KEY_B: "tenant-b"})
+    script({"ask": [{"ask": "Private question of tenant b"}]})
+    async with httpx.AsyncClient(base_url=served.url) as http:
+        theirs = await start(http, KEY_B, workflow=workflow_json([node("ask")]))
+        mine = await start(http, KEY_A, workflow=workflow_json([node("ask")]))
+    await page.open("/ui")
+    key = await page.css("#api-key")
+    await page.call(key.send_keys, KEY_A + "\n")
+    await page.wait_text("table.runs", mine)
+    assert theirs not in await page.text_of("table.runs")
+    assert await page.script("return document.cookie") == ""
+    await page.open(f"/ui/runs/{theirs}")
+    await page.wait_text(".missing h1", "No such run")
+    assert "Private question" not in await page.text_of("main")
+    await page.open("/ui/inbox")
+    await page.css("article.pending.input")
+    assert theirs not in await page.text_of("main")
+
+
+async def test_docs_render_their_operations_with_no_network(page: Page) -> None:
+    await page.open("/docs")
+    await page.css(".opblock-summary-path")
+    assert "/runs/{run_id}" in await page.text_of(".swagger-ui")
+
+
+async def test_an_unknown_run_says_so_with_a_link_back(page: Page, served: ServedApp) -> None:
+    await page.open("/ui/runs/run-that-never-was")
+    await page.wait_text(".missing h1", "No such run")
+    link = await page.css(".missing a[href='/ui']")
+    assert "runs" in (await page.call(lambda: link.text)).lower()

@@ -70,6 +70,7 @@ def _page(context: ContextDep, page: str, title: str, **data: str) -> HTMLRespon
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)} · OpenFlow</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="/ui/assets/ui.css">
 <script src="/ui/assets/ui.js" defer></script>
 </head>

@@ -22,7 +22,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 try:
     from selenium import webdriver
-    from selenium.common.exceptions import WebDriverException
+    from selenium.common.exceptions import TimeoutException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -66,6 +66,7 @@ def session_driver() -> Any:
         "--proxy-server=http://127.0.0.1:9",
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     if CHROMIUM:
         options.binary_location = CHROMIUM
     try:
@@ -98,7 +99,22 @@ class Page:
     async def wait(self, predicate: Callable[[Any], Any], timeout: float = 30.0) -> Any:
         """Poll `predicate(driver)` until it returns something truthy."""
         waiter = WebDriverWait(self.driver, timeout, poll_frequency=0.05)
-        return await self.call(waiter.until, predicate)
+        try:
+            return await self.call(waiter.until, predicate)
+        except TimeoutException:
+            raise AssertionError(
+                f"not reached in {timeout}s; the page:\n{await self.dump()}"
+            ) from None
+
+    async def dump(self) -> str:
+        """What the page shows and what its console said, for a failing test's message."""
+
+        def read() -> str:
+            text = self.driver.find_element(By.TAG_NAME, "body").text
+            logs = [e.get("message", "") for e in self.driver.get_log("browser")]
+            return f"{self.driver.current_url}\n{text[:4000]}\nconsole:\n" + "\n".join(logs)
+
+        return str(await self.call(read))
 
     async def css(self, selector: str, timeout: float = 30.0) -> Any:
         """The first visible element matching `selector`, once there is one."""

@@ -18,7 +18,8 @@ from tests.api.conftest import KEY_A, KEY_B, ServedApp, bearer, node, set_keys, 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 HOSTILE = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
-MARKDOWN = "# Release notes\n\nThe write is **done**.\n\n- one\n- two\n"
+MARKDOWN = "# Release notes\n\n## Summary\nThe write is **done**.\n\n- one\n- two\n"
+TEMPLATE = "# Release notes\n\n## Summary\n<!-- Required: the result -->\n"
 WRITE = {"name": "write", "args": {"path": "notes.txt", "content": "hello\n"}, "id": "call-w"}
 
 
@@ -58,7 +59,7 @@ async def test_a_run_started_from_the_page_streams_is_approved_and_shows_its_han
             ]
         }
     )
-    doc = node("doc", handoff={"format": "markdown"}, output_schema=None)
+    doc = node("doc", handoff={"format": "markdown", "template": TEMPLATE}, output_schema=None)
     async with httpx.AsyncClient(base_url=served.url) as http:
         saved = await http.put("/workflows/wf-notes", json=workflow_json([doc], wf_id="wf-notes"))
         assert saved.status_code in (200, 201), saved.text
@@ -109,7 +110,7 @@ async def test_an_input_answered_from_the_inbox(
     }
     script({"ask": [{"question": question}, {"echo": True}]})
     async with httpx.AsyncClient(base_url=served.url) as http:
-        run_id = await start(http, workflow=workflow_json([node("ask")]))
+        run_id = await start(http, workflow=workflow_json([node("ask", requestUserInput=True)]))
         await page.open("/ui/inbox")
         card = await page.css("article.pending.input")
         await page.wait_text("article.pending.input", "Which tone?")
@@ -136,7 +137,12 @@ async def test_an_action_answered_elsewhere_shows_the_runs_reason(
 ) -> None:
     script({"ask": [{"ask": "Your name?"}, {"echo": True}], "hold": [{"ask": "Wait here"}]})
     async with httpx.AsyncClient(base_url=served.url) as http:
-        run_id = await start(http, workflow=workflow_json([node("ask"), node("hold")]))
+        run_id = await start(
+            http,
+            workflow=workflow_json(
+                [node("ask", requestUserInput=True), node("hold", requestUserInput=True)]
+            ),
+        )
         await page.open(f"/ui/runs/{run_id}")
         box = await page.css("article.pending.input[data-key*=ask] textarea")
         await page.call(box.send_keys, "Grace")
@@ -161,18 +167,18 @@ async def test_model_output_with_markup_is_shown_as_text_and_runs_nothing(
                 {"tools": [{"name": "read", "args": {"path": HOSTILE}}], "say": HOSTILE},
                 {
                     "submit": {
-                        "markdown": f"# Title {HOSTILE}\n\n[x](javascript:alert(1)) {HOSTILE}"
+                        "markdown": f"# Release notes\n\n## Summary\n{HOSTILE} [x](javascript:alert(1))\n"
                     }
                 },
             ]
         }
     )
-    doc = node("doc", handoff={"format": "markdown"}, output_schema=None)
+    doc = node("doc", handoff={"format": "markdown", "template": TEMPLATE}, output_schema=None)
     async with httpx.AsyncClient(base_url=served.url) as http:
         run_id = await start(http, workflow=workflow_json([doc]))
         await page.open(f"/ui/runs/{run_id}")
         await page.wait_text(".run-head .status", "completed")
-        await page.wait_text(".handoff h3", "Title")
+        await page.wait_text(".handoff h3", "Release notes")
     await page.wait_text("article.node-detail[data-node=doc] .conversation", "<script>")
     await page.wait_text(".handoff", "onerror")
     found = await page.script(
@@ -189,8 +195,12 @@ async def test_with_api_keys_another_tenants_run_is_not_reachable(
     set_keys(openflow_home, {KEY_A: "tenant-a", KEY_B: "tenant-b"})
     script({"ask": [{"ask": "Private question of tenant b"}]})
     async with httpx.AsyncClient(base_url=served.url) as http:
-        theirs = await start(http, KEY_B, workflow=workflow_json([node("ask")]))
-        mine = await start(http, KEY_A, workflow=workflow_json([node("ask")]))
+        theirs = await start(
+            http, KEY_B, workflow=workflow_json([node("ask", requestUserInput=True)])
+        )
+        mine = await start(
+            http, KEY_A, workflow=workflow_json([node("ask", requestUserInput=True)])
+        )
     await page.open("/ui")
     key = await page.css("#api-key")
     await page.call(key.send_keys, KEY_A + "\n")

@@ -455,7 +455,8 @@ async function runPage() {
   const usage = el("section", { className: "usage" });
   const nodesBox = el("section", { className: "nodes" });
   const suggestions = el("section", { className: "suggestions" });
-  m.append(header, graph, el("h2", {}, "Waiting for you"), pending, usage, nodesBox, suggestions);
+  const waitingTitle = el("h2", {}, "Waiting for you");
+  m.append(header, graph, waitingTitle, pending, usage, nodesBox, suggestions);
 
   const temporalUi = body.dataset.temporalUi;
   const controls = el("div", { className: "buttons" });
@@ -563,24 +564,26 @@ async function runPage() {
       box.querySelector("form.message").hidden = state.active === false;
       const conv = clear(box.querySelector(".conversation"));
       const tools = new Map(((state.toolCallsByNode || {})[id] || []).map((t) => [t.toolCallId, t]));
-      const shownTools = new Set();
-      for (const msg of (state.chatLogs || {})[id] || []) {
-        if (msg.role === "tool" && msg.toolCallId && tools.has(msg.toolCallId)) continue;
-        conv.append(el("div", { className: `msg ${msg.role}${msg.streaming ? " streaming" : ""}` },
-          el("span", { className: "role" }, msg.role), msg.role === "assistant" ? el("div", { className: "text" }, msg.content) : el("div", { className: "text" }, msg.content)));
-      }
-      for (const [callId, t] of tools) {
-        shownTools.add(callId);
-        conv.append(el("div", { className: `msg toolcall ${t.isError ? "error" : ""}` },
-          el("span", { className: "role" }, "tool"),
-          el("div", {}, el("code", {}, t.toolName), ` ${t.status}`, t.intent ? el("span", { className: "muted" }, ` — ${t.intent}`) : ""),
-          folded(pretty(t.arguments || {}), "arguments"),
-          t.lastOutput != null ? folded(t.lastOutput, "output") : ""));
-      }
-      for (const [mid, s] of streams) {
-        if (s.node_id !== id) continue;
-        conv.append(el("div", { className: `msg ${s.role} streaming`, "data-stream": mid }, el("span", { className: "role" }, s.role), el("div", { className: "text" }, s.text)));
-      }
+      const shown = new Set();
+      const toolBlock = (t) => el("div", { className: `msg toolcall ${t.isError ? "error" : ""}`, "data-call": t.toolCallId },
+        el("span", { className: "role" }, "tool call"),
+        el("div", {}, el("code", {}, t.toolName), " ", el("span", { className: `status ${t.status}` }, t.status), t.intent ? el("span", { className: "muted" }, ` — ${t.intent}`) : ""),
+        folded(pretty(t.arguments || {}), "arguments"),
+        t.lastOutput != null ? folded(t.lastOutput, "output") : "");
+      const streamBlock = (mid, s) => el("div", { className: `msg ${s.role}${s.done ? "" : " streaming"}`, "data-stream": mid },
+        el("span", { className: "role" }, s.role), el("div", { className: "text" }, s.text));
+      const logs = (state.chatLogs || {})[id] || [];
+      const nodeStreams = [...streams].filter(([, s]) => s.node_id === id);
+      logs.forEach((msg, n) => {
+        for (const [mid, s] of nodeStreams) if (s.at === n) conv.append(streamBlock(mid, s));
+        const call = msg.toolCallId && tools.get(msg.toolCallId);
+        if (call && !shown.has(msg.toolCallId)) { shown.add(msg.toolCallId); conv.append(toolBlock(call)); }
+        if (call && (msg.role === "tool" || msg.role === "thinking")) return;
+        if (!String(msg.content || "").trim()) return;
+        conv.append(el("div", { className: `msg ${msg.role}` }, el("span", { className: "role" }, msg.role), el("div", { className: "text" }, msg.content)));
+      });
+      for (const [mid, s] of nodeStreams) if (s.at >= logs.length) conv.append(streamBlock(mid, s));
+      for (const [callId, t] of tools) if (!shown.has(callId)) conv.append(toolBlock(t));
       for (const old of box.querySelectorAll(":scope > .handoff")) old.remove();
       renderHandoff(box, id);
     }
@@ -589,7 +592,9 @@ async function runPage() {
   function render() {
     renderHead();
     renderGraph();
-    syncCards(pending, pendingOf(state, runId), scheduleRefresh, "Nothing waits for you on this run.");
+    const waiting = pendingOf(state, runId);
+    syncCards(pending, waiting, scheduleRefresh, "Nothing waits for you on this run.");
+    waitingTitle.hidden = pending.hidden = !waiting.length && !pending.querySelector("article.pending");
     renderUsage();
     renderNodes();
   }
@@ -601,7 +606,11 @@ async function runPage() {
       refreshTimer = null;
       try {
         state = await api(`/runs/${run}`);
-        for (const [mid, s] of streams) if (s.done) streams.delete(mid);
+        for (const [mid, s] of streams) {
+          // A streamed reply gives way to the message it became; text the run keeps nowhere else stays.
+          const kept = ((state.chatLogs || {})[s.node_id] || []).some((m) => m.role === s.role && String(m.content || "").trim() === s.text.trim());
+          if (s.done && kept) streams.delete(mid);
+        }
         render();
       } catch (e) { console.warn(e); }
     }, 150);
@@ -610,7 +619,10 @@ async function runPage() {
   function onDelta(d) {
     if (!d || d.type !== "ChatMessageDelta") return;
     let s = streams.get(d.message_id);
-    if (!s) { s = { node_id: d.node_id, role: d.role || "assistant", text: "" }; streams.set(d.message_id, s); }
+    if (!s) {
+      s = { node_id: d.node_id, role: d.role || "assistant", text: "", at: ((state.chatLogs || {})[d.node_id] || []).length };
+      streams.set(d.message_id, s);
+    }
     if (d.delta) s.text += d.delta;
     body.dataset.liveDeltas = String(Number(body.dataset.liveDeltas || 0) + 1);
     if (d.finalize) { s.done = true; scheduleRefresh(); }
@@ -623,6 +635,7 @@ async function runPage() {
       bubble = wrap.querySelector(".text");
     }
     bubble.textContent = s.text;
+    bubble.parentNode.classList.toggle("streaming", !s.done);
   }
 
   render();

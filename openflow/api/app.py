@@ -50,6 +50,7 @@ def create_app(
     poll_interval: float = 0.25,
     keepalive_interval: float = 15.0,
     store: RunStore | None = None,
+    temporal_ui_url: str | None = None,
 ) -> FastAPI:
     """The API app; without `client` it connects to the configured Temporal at start-up."""
     home = home if home is not None else openflow_home()
@@ -74,6 +75,7 @@ def create_app(
         poll_interval=poll_interval,
         keepalive_interval=keepalive_interval,
         client=client,
+        temporal_ui_url=temporal_ui_url,
     )
 
     @contextlib.asynccontextmanager

@@ -57,7 +57,7 @@ def temporal_ui_url(address: str) -> str:
 
 def _page(context: ContextDep, page: str, title: str, **data: str) -> HTMLResponse:
     attrs = {"page": page, "namespace": context.namespace}
-    attrs["temporal-ui"] = temporal_ui_url(context.address)
+    attrs["temporal-ui"] = context.temporal_ui_url or temporal_ui_url(context.address)
     attrs.update({key.replace("_", "-"): value for key, value in data.items()})
     body_attrs = " ".join(f'data-{key}="{html.escape(value)}"' for key, value in attrs.items())
     nav = " ".join(

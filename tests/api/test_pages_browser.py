@@ -87,6 +87,7 @@ async def test_a_run_started_from_the_page_streams_is_approved_and_shows_its_han
     link = await page.css("a.external")
     assert "/workflows/" in str(await page.call(link.get_attribute, "href"))
 
+    await page.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, "article.pending"))
     shot = tmp_path / "run-page.png"
     await page.call(page.driver.save_screenshot, str(shot))
     assert shot.stat().st_size > 10_000

@@ -525,12 +525,32 @@ async function runPage() {
     }
   }
 
+  const artifactsBox = el("section", { className: "artifacts" });
+  suggestions.after(artifactsBox);
+  function renderArtifacts() {
+    const list = Object.values(state.toolArtifacts || {});
+    if (artifactsBox.childElementCount && artifactsBox.dataset.count === String(list.length)) return;
+    clear(artifactsBox).dataset.count = String(list.length);
+    if (!list.length) return;
+    artifactsBox.append(el("h2", {}, "Spilled tool output"), el("ul", {}, list.map((a) => {
+      const view = el("div");
+      return el("li", {}, el("code", {}, a.path || a.artifactId), ` from ${a.toolName}, ${a.sizeBytes} bytes `,
+        el("button", { type: "button", className: "small", onclick: async (e) => {
+          e.target.disabled = true;
+          try {
+            const response = await api(`/runs/${run}/artifacts/${encodeURIComponent(a.artifactId)}`, { raw: true });
+            clear(view).append(folded(await response.text(), "artifact"));
+          } catch (err) { clear(view).append(`not readable: ${err.message}`); }
+        } }, "Show"), view);
+    })));
+  }
+
   function renderHandoff(box, node) {
     const ref = (state.handoffs || {})[node];
     if (!ref) return;
     const key = `${node}:${ref.sha256 || JSON.stringify(ref)}`;
     const target = el("div", { className: "handoff" }, el("h4", {}, "Handoff"));
-    box.append(target);
+    box.insertBefore(target, box.querySelector(".conversation"));
     const show = (content) => { target.append(content); };
     if (handoffCache.has(key)) { show(handoffCache.get(key).cloneNode(true)); return; }
     api(`/runs/${run}/handoffs/${encodeURIComponent(node)}`, { raw: true }).then(async (response) => {
@@ -561,7 +581,7 @@ async function runPage() {
       }
       const status = (state.statusByNode || {})[id] || "idle";
       clear(box.querySelector("h3")).append(id, " ", el("span", { className: `status ${status}` }, status));
-      box.querySelector("form.message").hidden = state.active === false;
+      box.querySelector("form.message").hidden = state.active === false || ["completed", "failed", "stopped"].includes(state.status);
       const conv = clear(box.querySelector(".conversation"));
       const tools = new Map(((state.toolCallsByNode || {})[id] || []).map((t) => [t.toolCallId, t]));
       const shown = new Set();
@@ -593,10 +613,12 @@ async function runPage() {
     renderHead();
     renderGraph();
     const waiting = pendingOf(state, runId);
+    if (state.active === false) for (const card of pending.querySelectorAll("article.pending")) card.remove();
     syncCards(pending, waiting, scheduleRefresh, "Nothing waits for you on this run.");
     waitingTitle.hidden = pending.hidden = !waiting.length && !pending.querySelector("article.pending");
     renderUsage();
     renderNodes();
+    renderArtifacts();
   }
 
   let refreshTimer = null;

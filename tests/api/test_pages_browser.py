@@ -227,3 +227,36 @@ async def test_an_unknown_run_says_so_with_a_link_back(page: Page, served: Serve
     await page.wait_text(".missing h1", "No such run")
     link = await page.css(".missing a[href='/ui']")
     assert "runs" in (await page.call(lambda: link.text)).lower()
+
+
+async def test_the_markdown_renderer_builds_only_whitelisted_elements(page: Page) -> None:
+    await page.open("/ui/inbox")
+    await page.css("h1")
+    tags = await page.script(
+        """
+        const source = arguments[0];
+        const root = window.openflowMarkdown(source);
+        return {tags: [...new Set([...root.querySelectorAll('*')].map(e => e.tagName.toLowerCase()))].sort(),
+                attrs: [...new Set([...root.querySelectorAll('*')].flatMap(e => [...e.attributes].map(a => a.name)))].sort(),
+                hrefs: [...root.querySelectorAll('a')].map(a => a.getAttribute('href')),
+                text: root.textContent};
+        """,
+        "# T <b>x</b>\n\n**b** *i* `c` [ok](https://example.org) [bad](javascript:alert(1))\n"
+        "[d](data:text/html,hi)\n\n- <iframe src=x>\n\n> <svg onload=alert(1)>\n\n```\n<script>\n```\n",
+    )
+    assert set(tags["tags"]) <= {
+        "a",
+        "blockquote",
+        "code",
+        "div",
+        "em",
+        "h3",
+        "li",
+        "p",
+        "pre",
+        "strong",
+        "ul",
+    }
+    assert set(tags["attrs"]) <= {"class", "href", "rel", "target"}
+    assert tags["hrefs"] == ["https://example.org"]
+    assert "<iframe src=x>" in tags["text"] and "<svg onload=alert(1)>" in tags["text"]

@@ -260,3 +260,79 @@ async def test_the_markdown_renderer_builds_only_whitelisted_elements(page: Page
     assert set(tags["attrs"]) <= {"class", "href", "rel", "target"}
     assert tags["hrefs"] == ["https://example.org"]
     assert "<iframe src=x>" in tags["text"] and "<svg onload=alert(1)>" in tags["text"]
+
+
+class CutStreams:
+    """Ends each of the first `cuts` event streams after `after` messages, as a lost connection."""
+
+    def __init__(self, app: Any, cuts: int = 3, after: int = 3) -> None:
+        self.app = app
+        self.cuts = cuts
+        self.after = after
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        cut = scope["type"] == "http" and scope["path"].endswith("/events") and self.cuts > 0
+        if not cut:
+            await self.app(scope, receive, send)
+            return
+        self.cuts -= 1
+        sent = 0
+        closed = False
+
+        async def cutting_send(message: Any) -> None:
+            nonlocal sent, closed
+            if closed:
+                raise ConnectionResetError("the test cut this stream")
+            if message["type"] == "http.response.body" and message.get("body"):
+                sent += 1
+                if sent > self.after:
+                    closed = True
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+            await send(message)
+
+        await self.app(scope, receive, cutting_send)
+
+
+async def test_a_lost_stream_resumes_without_a_duplicate_token_or_event(
+    openflow_env: dict[str, str], openflow_home: Path, worker: Worker, script: Any
+) -> None:
+    say = "".join(f"token{n:02d} " for n in range(40)).strip()
+    script(
+        {
+            "doc": [
+                {"tools": [WRITE], "say": say, "stream": True, "delay_ms": 1500},
+                {"submit": {"summary": "written"}},
+            ]
+        }
+    )
+    app = create_app(
+        home=openflow_home,
+        live=FileLiveChannel(openflow_home / "runs"),
+        poll_interval=0.05,
+        keepalive_interval=0.5,
+    )
+    with ServedApp(CutStreams(app)) as served:  # type: ignore[arg-type]
+        page = Page(session_driver(), served.url)
+        async with httpx.AsyncClient(base_url=served.url) as http:
+            run_id = await start(http, workflow=workflow_json([node("doc")]))
+            await page.open(f"/ui/runs/{run_id}")
+            await page.css("article.pending.approval")
+            await page.wait_text("article.node-detail[data-node=doc] .conversation", say)
+            events = (await http.get(f"/runs/{run_id}/events")).json()
+        await page.wait(
+            lambda d: (
+                d.execute_script("return document.body.dataset.lastEventId")
+                == str(events[-1]["seq"])
+            )
+        )
+        seen = await page.script(
+            "return {events: Number(document.body.dataset.events),"
+            " streams: Number(document.body.dataset.streams || 0),"
+            " text: document.querySelector('article.node-detail[data-node=doc] .conversation')"
+            ".textContent}"
+        )
+        await page.call(page.driver.get, "about:blank")  # hang up before the server stops
+    assert seen["streams"] >= 2, seen  # the page reconnected after cut streams
+    assert seen["events"] == len(events)
+    assert seen["text"].count("token00") == 1 and seen["text"].count("token39") == 1

@@ -710,6 +710,8 @@ async function follow(run, onEvent, onDelta) {
             const id = Number(message.id);
             if (id <= lastId) continue;
             lastId = id;
+            body.dataset.lastEventId = String(id);
+            body.dataset.events = String(Number(body.dataset.events || 0) + 1);
             onEvent(data);
           }
         }
@@ -717,6 +719,7 @@ async function follow(run, onEvent, onDelta) {
     } catch (e) {
       console.warn("event stream lost; reconnecting", e);
     }
+    body.dataset.streams = String(Number(body.dataset.streams || 0) + 1);
     onEvent(null);
     if (ended) return;
     await new Promise((r) => setTimeout(r, 1000));

@@ -549,7 +549,10 @@ async function runPage() {
     const ref = (state.handoffs || {})[node];
     if (!ref) return;
     const key = `${node}:${ref.sha256 || JSON.stringify(ref)}`;
-    const target = el("div", { className: "handoff" }, el("h4", {}, "Handoff"));
+    const existing = box.querySelector(":scope > .handoff");
+    if (existing && existing.dataset.key === key) return;
+    if (existing) existing.remove();
+    const target = el("div", { className: "handoff", "data-key": key }, el("h4", {}, "Handoff"));
     box.insertBefore(target, box.querySelector(".conversation"));
     const show = (content) => { target.append(content); };
     if (handoffCache.has(key)) { show(handoffCache.get(key).cloneNode(true)); return; }
@@ -604,7 +607,6 @@ async function runPage() {
       });
       for (const [mid, s] of nodeStreams) if (s.at >= logs.length) conv.append(streamBlock(mid, s));
       for (const [callId, t] of tools) if (!shown.has(callId)) conv.append(toolBlock(t));
-      for (const old of box.querySelectorAll(":scope > .handoff")) old.remove();
       renderHandoff(box, id);
     }
   }

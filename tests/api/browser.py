@@ -22,7 +22,11 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 try:
     from selenium import webdriver
-    from selenium.common.exceptions import TimeoutException, WebDriverException
+    from selenium.common.exceptions import (
+        StaleElementReferenceException,
+        TimeoutException,
+        WebDriverException,
+    )
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -98,7 +102,13 @@ class Page:
 
     async def wait(self, predicate: Callable[[Any], Any], timeout: float = 30.0) -> Any:
         """Poll `predicate(driver)` until it returns something truthy."""
-        waiter = WebDriverWait(self.driver, timeout, poll_frequency=0.05)
+        # The pages redraw as the run moves: an element found a moment ago may be gone; look again.
+        waiter = WebDriverWait(
+            self.driver,
+            timeout,
+            poll_frequency=0.05,
+            ignored_exceptions=(StaleElementReferenceException,),
+        )
         try:
             return await self.call(waiter.until, predicate)
         except TimeoutException:
@@ -126,6 +136,30 @@ class Page:
             return None
 
         return await self.wait(found, timeout)
+
+    async def click(self, selector: str, timeout: float = 30.0) -> None:
+        """Click the first visible element matching `selector`, looking again if it was redrawn."""
+
+        def clicked(d: Any) -> bool:
+            for e in d.find_elements(By.CSS_SELECTOR, selector):
+                if e.is_displayed():
+                    e.click()
+                    return True
+            return False
+
+        await self.wait(clicked, timeout)
+
+    async def type(self, selector: str, text: str, timeout: float = 30.0) -> None:
+        """Type into the first visible element matching `selector`."""
+
+        def typed(d: Any) -> bool:
+            for e in d.find_elements(By.CSS_SELECTOR, selector):
+                if e.is_displayed():
+                    e.send_keys(text)
+                    return True
+            return False
+
+        await self.wait(typed, timeout)
 
     async def text_of(self, selector: str) -> str:
         return str(

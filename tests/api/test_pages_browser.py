@@ -68,15 +68,15 @@ async def test_a_run_started_from_the_page_streams_is_approved_and_shows_its_han
 
     await page.open("/ui")
     await page.css("#start-workflow option[value='wf-notes']")
-    await page.call((await page.css("#start-entrypoint")).send_keys, "Write the notes")
-    await page.call((await page.css("#start-project")).send_keys, str(project))
-    await page.call((await page.css("button[name=start]")).click)
+    await page.type("#start-entrypoint", "Write the notes")
+    await page.type("#start-project", str(project))
+    await page.click("button[name=start]")
 
     await page.css("article.pending.approval")
     await page.wait_text("article.node-detail[data-node=doc] .conversation", say)
     assert int(await page.script("return Number(document.body.dataset.liveDeltas || 0)")) > 0
     await page.wait_text("article.pending.approval", "notes.txt")
-    await page.call((await page.css("article.pending.approval button[name=approve]")).click)
+    await page.click("article.pending.approval button[name=approve]")
 
     await page.wait_text(".run-head .status", "completed")
     await page.wait_text("article.node-detail[data-node=doc] .handoff h3", "Release notes")
@@ -112,11 +112,9 @@ async def test_an_input_answered_from_the_inbox(
     async with httpx.AsyncClient(base_url=served.url) as http:
         run_id = await start(http, workflow=workflow_json([node("ask", requestUserInput=True)]))
         await page.open("/ui/inbox")
-        card = await page.css("article.pending.input")
         await page.wait_text("article.pending.input", "Which tone?")
-        radio = await page.call(card.find_element, By.CSS_SELECTOR, "input[value=Casual]")
-        await page.call(radio.click)
-        await page.call((await page.css("article.pending.input button[name=answer-submit]")).click)
+        await page.click("article.pending.input input[value=Casual]")
+        await page.click("article.pending.input button[name=answer-submit]")
         await page.wait_text("article.pending.input .notice", "Done")
 
         async def completed() -> dict[str, Any]:
@@ -144,13 +142,11 @@ async def test_an_action_answered_elsewhere_shows_the_runs_reason(
             ),
         )
         await page.open(f"/ui/runs/{run_id}")
-        box = await page.css("article.pending.input[data-key*=ask] textarea")
-        await page.call(box.send_keys, "Grace")
+        await page.type("article.pending.input[data-key*=ask] textarea", "Grace")
         answered = await http.post(f"/runs/{run_id}/input", json={"node_id": "ask", "text": "Ada"})
         assert answered.status_code == 200, answered.text
         await page.wait_text(".graph a.node[data-node=ask]", "completed")
-        button = await page.css("article.pending.input[data-key*=ask] button[name=answer-submit]")
-        await page.call(button.click)
+        await page.click("article.pending.input[data-key*=ask] button[name=answer-submit]")
         await page.wait_text("article.pending.input[data-key*=ask] .notice.error", "Not accepted:")
         reason = await page.text_of("article.pending.input[data-key*=ask] .notice.error")
         assert "ask" in reason.removeprefix("Not accepted:"), reason
@@ -202,8 +198,7 @@ async def test_with_api_keys_another_tenants_run_is_not_reachable(
             http, KEY_A, workflow=workflow_json([node("ask", requestUserInput=True)])
         )
     await page.open("/ui")
-    key = await page.css("#api-key")
-    await page.call(key.send_keys, KEY_A + "\n")
+    await page.type("#api-key", KEY_A + "\n")
     await page.wait_text("table.runs", mine)
     assert theirs not in await page.text_of("table.runs")
     assert await page.script("return document.cookie") == ""

@@ -527,6 +527,16 @@ async function runPage() {
 
   const artifactsBox = el("section", { className: "artifacts" });
   suggestions.after(artifactsBox);
+  const traceBox = el("details", { className: "trace card" }, el("summary", {}, "Trace"), el("ol"));
+  artifactsBox.after(traceBox);
+  function renderTrace() {
+    const list = traceBox.querySelector("ol");
+    const entries = state.runTrace || [];
+    if (list.childElementCount === entries.length) return;
+    clear(list).append(...entries.map((t) => el("li", {}, el("span", { className: `status ${t.status}` }, t.status), " ",
+      t.nodeLabel || t.nodeId || "run", ": ", t.message, t.atMs ? el("span", { className: "muted" }, ` · ${when(t.atMs)}`) : "")));
+  }
+
   function renderArtifacts() {
     const list = Object.values(state.toolArtifacts || {});
     if (artifactsBox.childElementCount && artifactsBox.dataset.count === String(list.length)) return;
@@ -621,6 +631,7 @@ async function runPage() {
     renderUsage();
     renderNodes();
     renderArtifacts();
+    renderTrace();
   }
 
   let refreshTimer = null;

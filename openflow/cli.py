@@ -460,7 +460,12 @@ class LocalStack:
                 self._client, self.task_queue, self.home, activities=activities
             )
             self.tasks.append(asyncio.create_task(self._worker.run(), name="worker"))
-            app = create_app(self._client, home=self.home, task_queue=self.task_queue)
+            app = create_app(
+                self._client,
+                home=self.home,
+                task_queue=self.task_queue,
+                temporal_ui_url=self.server.ui_url,
+            )
             config = uvicorn.Config(
                 app, host=self.api_host, port=self.api_port, log_level="warning", lifespan="on"
             )
@@ -543,6 +548,7 @@ async def _dev(stack: LocalStack) -> int:
     async with stack:
         print(f"Temporal:  {stack.server.address} (namespace {stack.server.namespace!r})")
         print(f"Web UI:    {stack.server.ui_url}")
+        print(f"Pages:     {stack.api_url}/ui")
         print(f"HTTP API:  {stack.api_url}  (docs at {stack.api_url}/docs)")
         print(f"Worker:    task queue {stack.task_queue!r}, home {stack.home}")
         print("Press Ctrl-C to stop.", flush=True)
@@ -605,6 +611,7 @@ async def _demo(stack: LocalStack, plan: DemoPlan, stay_up: bool) -> int:
         console.print(f"Demo: {plan.workflow.name!r} with the {plan.provider_id!r} provider")
         console.print(f"Run id:    {run_id}")
         console.print(f"Web UI:    {stack.run_url(run_id)}", soft_wrap=True)
+        console.print(f"Pages:     {stack.api_url}/ui/runs/{run_id}", soft_wrap=True)
         console.print(f"HTTP API:  {stack.api_url}/runs/{run_id}", soft_wrap=True)
         follower = Follower(
             runs,
@@ -623,6 +630,7 @@ async def _demo(stack: LocalStack, plan: DemoPlan, stay_up: bool) -> int:
         workspace = stack.home / "runs" / run_id
         console.print(f"Run id:    {run_id}")
         console.print(f"Web UI:    {stack.run_url(run_id)}", soft_wrap=True)
+        console.print(f"Pages:     {stack.api_url}/ui", soft_wrap=True)
         console.print(f"HTTP API:  {stack.api_url}  (docs at {stack.api_url}/docs)", soft_wrap=True)
         console.print(f"Run files: {workspace}", soft_wrap=True)
         if stay_up:

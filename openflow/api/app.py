@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from openflow.activities.store import RunStore
-from openflow.api import files, health, inbox, runs, workflows
+from openflow.api import docs, files, health, inbox, pages, runs, workflows
 from openflow.api.auth import TenantKeys
 from openflow.api.deps import ApiContext
 from openflow.api.errors import ServiceUnavailable, UnsafeBind, install_error_handlers
@@ -51,6 +51,7 @@ def create_app(
     poll_interval: float = 0.25,
     keepalive_interval: float = 15.0,
     store: RunStore | None = None,
+    temporal_ui_url: str | None = None,
 ) -> FastAPI:
     """The API app; without `client` it connects to the configured Temporal at start-up."""
     home = home if home is not None else openflow_home()
@@ -75,6 +76,7 @@ def create_app(
         poll_interval=poll_interval,
         keepalive_interval=keepalive_interval,
         client=client,
+        temporal_ui_url=temporal_ui_url,
     )
 
     @contextlib.asynccontextmanager
@@ -89,7 +91,7 @@ def create_app(
         description=DESCRIPTION,
         version=_version(),
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
     )
@@ -100,6 +102,8 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(files.router)
     app.include_router(inbox.router)
+    app.include_router(pages.router)
+    docs.install(app)
     app.add_middleware(ErrorBoundary)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app
@@ -154,7 +158,7 @@ async def _serve(
     if keyless:
         print(
             f"OpenFlow API: no API keys configured, serving loopback only "
-            f"(http://{host}:{port}, docs at /docs)",
+            f"(http://{host}:{port}, pages at /ui, docs at /docs)",
             file=sys.stderr,
             flush=True,
         )

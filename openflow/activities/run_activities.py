@@ -510,7 +510,11 @@ class RunActivities:
 
         started = time.monotonic()
         try:
-            provider = self._run_provider(inp)
+            provider = None if inp.profile else self._providers.get((inp.run_id, inp.provider_id))
+            if provider is None:
+                # A real provider reads settings.json and may import its SDK for the first
+                # time (seconds on a busy machine): off the event loop, so the heartbeat goes on.
+                provider = await asyncio.to_thread(self._run_provider, inp)
             with model_span(inp, request) as span:
                 try:
                     reply = await provider.complete(request, transcript, tools, on_delta)

@@ -75,7 +75,7 @@ AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 
 MODEL_TIMEOUT = timedelta(minutes=30)
 TOOL_TIMEOUT = timedelta(hours=2)
-HEARTBEAT_TIMEOUT = timedelta(seconds=2)
+HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 #: An execution continues as new past this many events, so a worker that takes a run over
 #: (and replays its history from the start) does so well inside the workflow task timeout.
 HISTORY_EVENTS_LIMIT = 2_000

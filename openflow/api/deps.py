@@ -40,7 +40,7 @@ class ApiContext:
     poll_interval: float = 0.25
     keepalive_interval: float = 15.0
     client: Client | None = None
-    #: The Temporal Web UI the pages link runs to (None: `OPENFLOW_TEMPORAL_UI_URL` or gRPC port + 1000).
+    #: The Temporal Web UI the pages link runs to (None: `OPENFLOW_UI_URL` or gRPC port + 1000).
     temporal_ui_url: str | None = None
     #: The run store handoffs, artifacts and transcripts are read from (files or PostgreSQL).
     store: RunStore = field(default_factory=FileRunStore)

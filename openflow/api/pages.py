@@ -23,7 +23,7 @@ from openflow.api.errors import NotFound
 
 ASSETS = Path(__file__).with_name("ui")
 ASSET_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
-TEMPORAL_UI_VARIABLE = "OPENFLOW_TEMPORAL_UI_URL"
+TEMPORAL_UI_VARIABLE = "OPENFLOW_UI_URL"
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -43,7 +43,7 @@ RunId = Annotated[str, PathParam(min_length=1, max_length=1000)]
 
 
 def temporal_ui_url(address: str) -> str:
-    """The Temporal Web UI's base URL: `OPENFLOW_TEMPORAL_UI_URL`, else the gRPC port + 1000."""
+    """The Temporal Web UI's base URL: `OPENFLOW_UI_URL` (the Web UI base URL `openflow run` uses too), else the gRPC port + 1000."""
     configured = os.environ.get(TEMPORAL_UI_VARIABLE, "").strip()
     if configured:
         return configured.rstrip("/")

@@ -221,7 +221,7 @@ async def test_the_follower_shows_the_post_run_reviews_suggestions() -> None:
 
     from rich.console import Console
 
-    from openflow.follow import Renderer
+    from openflow.cli.follow import Renderer
 
     out = io.StringIO()
     renderer = Renderer(Console(file=out, width=200, color_system=None))

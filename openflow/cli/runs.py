@@ -1,0 +1,346 @@
+"""`openflow run`, `validate` and `openflow runs ...`: start, look at and act on runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from temporalio.client import (
+    WorkflowExecutionStatus,
+)
+
+from openflow import contracts as c
+from openflow.backends import open_backends
+from openflow.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    MAX_SEQ,
+    STOP_TIMEOUT_S,
+    BadInput,
+    answer_in_time,
+    connect_runs,
+    load_valid_workflow,
+    new_console,
+    read_workflow_file,
+    run_main,
+    until_stopped,
+)
+from openflow.cli.follow import (
+    Follower,
+    FollowOutcome,
+    answer_hint,
+    describe_pause,
+    file_live_source,
+    find_pauses,
+    usage_text,
+)
+from openflow.connect import load_target
+from openflow.engine.graph import workflow_problems
+from openflow.engine.limits import MAX_ENTRYPOINT_BYTES
+from openflow.engine.spec import Workflow
+from openflow.paths import openflow_home
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """`openflow validate FILE`: 'ok' and 0, or one line per problem and 2."""
+    workflow = read_workflow_file(args.file)
+    problems = workflow_problems(workflow)
+    if not problems:
+        print("ok")
+        return EXIT_OK
+    for problem in problems:
+        print(problem.message)
+    return EXIT_BAD_INPUT
+
+
+async def follow_until_stopped(follower: Follower) -> FollowOutcome | None:
+    """Follow a run; None when Ctrl-C or SIGTERM came first."""
+    following = asyncio.create_task(follower.run())
+    if await until_stopped([following], finished_ok=True):
+        return following.result()
+    return None
+
+
+# --- run a workflow file -------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """`openflow run FILE`: start a run and follow it (or print its id with --detach)."""
+    workflow = load_valid_workflow(args.file)
+    project = None
+    if args.project is not None:
+        if not args.project.is_dir():
+            raise BadInput(f"--project {args.project}: no such folder — give an existing folder")
+        project = str(args.project.resolve())
+    if args.input_file is not None:
+        args.input = read_entrypoint_file(args.input_file)
+    if not args.detach:
+        open_backends(openflow_home())  # the live channel: an unusable database stops us here
+    return run_main(_start_and_follow(args, workflow, project))
+
+
+def read_entrypoint_file(path: Path) -> str:
+    """`--input-file`: the entrypoint text of a UTF-8 file ('-': standard input), bounded."""
+    limit = MAX_ENTRYPOINT_BYTES.value
+    where = "standard input" if str(path) == "-" else str(path)
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with path.open("rb") as file:
+                data = file.read(limit + 1)
+    except FileNotFoundError:
+        raise BadInput(f"--input-file {path}: no such file — check the path") from None
+    except IsADirectoryError:
+        raise BadInput(f"--input-file {path}: is a folder — give a text file") from None
+    except OSError as exc:
+        raise BadInput(f"--input-file {path}: cannot read it: {exc.strerror}") from None
+    if len(data) > limit:
+        size = path.stat().st_size if where != "standard input" and path.is_file() else 0
+        raise BadInput(
+            "--input-file: "
+            + MAX_ENTRYPOINT_BYTES.message(
+                f"the entrypoint in {where}",
+                max(size, limit + 1),
+                "shorten it, or put the material in a file the run reads",
+                verb="is at least" if size <= limit else "is",
+            )
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadInput(
+            f"--input-file {where}: not UTF-8 text (byte {exc.start}) — save it as UTF-8"
+        ) from None
+
+
+async def _start_and_follow(
+    args: argparse.Namespace, workflow: Workflow, project: str | None
+) -> int:
+    runs = await connect_runs()
+    run_id = await runs.start(
+        workflow, entrypoint=args.input, run_id=args.run_id, project_dir=project
+    )
+    if args.detach:
+        print(run_id, flush=True)
+        print(f"Web UI: {run_ui_url(run_id)}", file=sys.stderr, flush=True)
+        return EXIT_OK
+    console = new_console()
+    console.print(f"Run id:  {run_id}")
+    console.print(f"Web UI:  {run_ui_url(run_id)}", soft_wrap=True)
+    interactive = sys.stdin.isatty()
+    follower = Follower(
+        runs,
+        run_id,
+        console,
+        interactive=interactive,
+        live=file_live_source(openflow_home()),
+        labels={node.id: node.label for node in workflow.nodes},
+    )
+    outcome = await follow_until_stopped(follower)
+    if outcome is None:
+        console.print(
+            f"Stopped following; the run goes on. See it with `openflow runs show {run_id}`."
+        )
+        return EXIT_INTERRUPTED
+    return _report_outcome(console, run_id, outcome)
+
+
+def _report_outcome(console: Console, run_id: str, outcome: FollowOutcome) -> int:
+    if outcome.waiting:
+        console.print(f"Run {run_id} is paused, waiting for:")
+        for pause in outcome.pauses:
+            console.print(f"  {describe_pause(pause)}", soft_wrap=True)
+            console.print(f"    answer: {answer_hint(run_id, pause)}", soft_wrap=True)
+        return EXIT_OK
+    console.print(f"Run {run_id} {outcome.status}.")
+    return EXIT_OK if outcome.status == "completed" else EXIT_FAILED
+
+
+def run_ui_url(run_id: str) -> str:
+    """The Web UI page of a run: $OPENFLOW_UI_URL, else the embedded server's UI port."""
+    base = os.environ.get("OPENFLOW_UI_URL", "").strip().rstrip("/")
+    target = load_target()
+    if not base:
+        host, _, port = target.address.rpartition(":")
+        ui_port = int(port) + 1000 if port.isdigit() else 8233
+        base = f"http://{host or '127.0.0.1'}:{ui_port}"
+    return f"{base}/namespaces/{target.namespace}/workflows/{run_id}"
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+def cmd_runs_list(args: argparse.Namespace) -> int:
+    """`openflow runs list`: one run a line, run id first, newest first."""
+
+    async def main() -> int:
+        runs = await connect_runs()
+        for run in await runs.list(status=args.status, workflow_id=args.workflow):
+            awaiting = f"  awaiting {','.join(run.awaiting)}" if run.awaiting else ""
+            name = run.workflow_name or run.workflow_id
+            print(f"{run.run_id}  {run.status:<9}  {run.start_time or '-'}  {name}{awaiting}")
+        return EXIT_OK
+
+    return run_main(main())
+
+
+def cmd_runs_show(args: argparse.Namespace) -> int:
+    """`openflow runs show ID`: the status and what the run waits for; --json: the state."""
+
+    async def main() -> int:
+        runs = await connect_runs()
+        status = await runs.status(args.run_id)
+        state = await answer_in_time(runs.state(args.run_id), args.run_id, runs)
+        if status not in ("running", "paused"):
+            state["status"] = status
+        if args.json:
+            print(json.dumps(state, indent=2, ensure_ascii=False))
+            return EXIT_OK
+        events = await answer_in_time(runs.events(args.run_id), args.run_id, runs)
+        _print_run(args.run_id, state, events)
+        return EXIT_OK
+
+    return run_main(main())
+
+
+def _print_run(run_id: str, state: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    print(f"run       {run_id}")
+    print(f"status    {state.get('status', 'unknown')}")
+    if state.get("workflowId"):
+        print(f"workflow  {state['workflowId']}")
+    if state.get("lastError"):
+        print(f"error     {state['lastError']}")
+    usage = state.get("usage") or {}
+    if usage.get("run"):
+        print(f"usage     {usage_text(usage['run'])}")
+    by_node = usage.get("byNode") or {}
+    statuses = state.get("statusByNode") or {}
+    if statuses:
+        print("nodes")
+        width = max(len(node) for node in statuses)
+        for node, status in sorted(statuses.items()):
+            spent = f"  {usage_text(by_node[node])}" if node in by_node else ""
+            print(f"  {node:<{width}}  {status:<22}{spent}".rstrip())
+    opened: dict[str, Any] = {}
+    for event in events:
+        if event.get("type") == "NodeAwaitingInput":
+            opened[f"question:{event.get('node_id')}"] = str(event.get("context") or "")
+    pauses = find_pauses(state, opened)
+    if pauses:
+        print("waiting for")
+        for pause in pauses:
+            print(f"  {describe_pause(pause)}")
+            print(f"    answer: {answer_hint(run_id, pause)}")
+
+
+def cmd_runs_events(args: argparse.Namespace) -> int:
+    """`openflow runs events ID`: the durable events after --after, as lines or --json."""
+    if not 0 <= args.after <= MAX_SEQ:
+        raise BadInput(f"--after must be a seq number from 0 to {MAX_SEQ}")
+
+    async def main() -> int:
+        runs = await connect_runs()
+        events = await answer_in_time(runs.events(args.run_id, after=args.after), args.run_id, runs)
+        if args.json:
+            print(json.dumps(events, indent=2, ensure_ascii=False))
+            return EXIT_OK
+        for event in events:
+            print(event_line(event))
+        return EXIT_OK
+
+    return run_main(main())
+
+
+def event_line(event: dict[str, Any], width: int = 80) -> str:
+    """`  12  NodeStarted  node_id=plan model_attempt=0`: one event on one line."""
+    fields = []
+    for key, value in event.items():
+        if key in ("seq", "type", "at_ms"):
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = " ".join(text.split())
+        if len(text) > width:
+            text = text[: width - 1] + "…"
+        fields.append(f"{key}={text}")
+    return f"{event.get('seq', 0):>5}  {event.get('type', '?')}  {' '.join(fields)}".rstrip()
+
+
+def cmd_runs_input(args: argparse.Namespace) -> int:
+    """`openflow runs input ID NODE TEXT`: answer a node waiting for input."""
+    action = c.Action(kind="input", node_id=args.node_id, text=args.text)
+    return _act(args.run_id, action, f"answered {args.node_id!r}")
+
+
+def cmd_runs_decide(args: argparse.Namespace) -> int:
+    """`openflow runs approve|deny ID APPROVAL [--reason]`: decide a pending tool batch."""
+    action = c.Action(
+        kind="approval", approval_id=args.approval_id, allow=args.allow, reason=args.reason
+    )
+    verb = "approved" if args.allow else "denied"
+    return _act(args.run_id, action, f"{verb} {args.approval_id!r}")
+
+
+def cmd_runs_retry(args: argparse.Namespace) -> int:
+    """`openflow runs retry ID NODE [--message]`: retry a failed or interrupted node."""
+    action = c.Action(kind="retry", node_id=args.node_id, message=args.message)
+    return _act(args.run_id, action, f"retrying {args.node_id!r}")
+
+
+def cmd_runs_message(args: argparse.Namespace) -> int:
+    """`openflow runs message ID NODE TEXT`: a message a live node sees on its next turn."""
+    action = c.Action(kind="message", node_id=args.node_id, text=args.text)
+    return _act(args.run_id, action, f"sent to {args.node_id!r}")
+
+
+def _act(run_id: str, action: c.Action, done: str) -> int:
+    async def main() -> int:
+        runs = await connect_runs()
+        result = await runs.act(run_id, action)
+        status = result.get("status")
+        print(f"{done}; run {run_id} is {status}" if status else done)
+        return EXIT_OK
+
+    return run_main(main())
+
+
+def cmd_runs_stop(args: argparse.Namespace) -> int:
+    """`openflow runs stop ID`: stop a run and wait until it has stopped."""
+
+    async def main() -> int:
+        runs = await connect_runs()
+        await runs.stop(args.run_id)
+        handle = runs.client.get_workflow_handle(args.run_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_TIMEOUT_S
+        while loop.time() < deadline:
+            if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+                print(
+                    f"stopped {args.run_id}; continue it with `openflow runs resume {args.run_id}`"
+                )
+                return EXIT_OK
+            await asyncio.sleep(0.1)
+        print(f"stop requested; run {args.run_id} is still winding down")
+        return EXIT_OK
+
+    return run_main(main())
+
+
+def cmd_runs_resume(args: argparse.Namespace) -> int:
+    """`openflow runs resume ID`: a new execution from the run's checkpoint."""
+
+    async def main() -> int:
+        runs = await connect_runs()
+        await runs.resume(args.run_id)
+        print(f"resumed {args.run_id}")
+        return EXIT_OK
+
+    return run_main(main())

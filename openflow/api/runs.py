@@ -6,7 +6,6 @@ from pathlib import Path as FsPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
-from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from openflow import contracts as c
@@ -24,7 +23,7 @@ from openflow.api.models import (
     StartRun,
 )
 from openflow.api.routing import StrictJsonRoute
-from openflow.api.sse import MEDIA_TYPE, event_stream, wants_stream
+from openflow.api.sse import MEDIA_TYPE, event_stream, stream_response, wants_stream
 from openflow.api.workflows import check_workflow
 from openflow.catalog import Catalog
 from openflow.client import RunSummary
@@ -180,11 +179,7 @@ async def get_events(
         poll_interval=context.poll_interval,
         keepalive_interval=context.keepalive_interval,
     )
-    return StreamingResponse(
-        stream,
-        media_type=MEDIA_TYPE,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return stream_response(stream)
 
 
 async def _act(runs: RunsDep, run_id: str, action: c.Action) -> ActionResult:

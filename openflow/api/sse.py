@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from temporalio.api.enums.v1 import PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -33,6 +34,7 @@ from openflow.engine.events import RunEvent
 logger = logging.getLogger(__name__)
 
 MEDIA_TYPE = "text/event-stream"
+SEPARATOR = "\n"
 RECONNECT_MS = 2000
 QUERY_TIMEOUT = timedelta(seconds=10)
 CLOSED_CHECK_SECONDS = 1.0
@@ -78,15 +80,20 @@ def public_event(event: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def frame(data: dict[str, Any], *, event_id: int | None = None, event: str | None = None) -> str:
-    """One SSE message."""
-    lines = []
-    if event_id is not None:
-        lines.append(f"id: {event_id}")
-    if event is not None:
-        lines.append(f"event: {event}")
-    lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
-    return "\n".join(lines) + "\n\n"
+def frame(
+    data: dict[str, Any], *, event_id: int | None = None, event: str | None = None
+) -> ServerSentEvent:
+    """One SSE message: compact JSON data, `\\n` line ends (what the run page splits on)."""
+    return ServerSentEvent(
+        json.dumps(data, ensure_ascii=False, separators=(",", ":")),
+        id=None if event_id is None else str(event_id),
+        event=event,
+        sep=SEPARATOR,
+    )
+
+
+def _comment(text: str) -> ServerSentEvent:
+    return ServerSentEvent(comment=text, sep=SEPARATOR)
 
 
 async def _query_events(
@@ -218,20 +225,20 @@ async def event_stream(
     live_after: int = 0,
     poll_interval: float,
     keepalive_interval: float,
-) -> AsyncIterator[str]:
-    """The SSE text of one run from `after` on, until the run ends or the follower leaves."""
+) -> AsyncIterator[ServerSentEvent]:
+    """The SSE messages of one run from `after` on, until the run ends or the follower leaves."""
     follower = _Follower(client, handle, run_id, after, live, live_after, poll_interval)
     tasks = [
         asyncio.create_task(follower.durable(), name=f"sse-events-{run_id}"),
         asyncio.create_task(follower.deltas(), name=f"sse-live-{run_id}"),
     ]
     try:
-        yield f"retry: {RECONNECT_MS}\n\n"
+        yield ServerSentEvent(retry=RECONNECT_MS, sep=SEPARATOR)
         while True:
             try:
                 kind, payload = await asyncio.wait_for(follower.queue.get(), keepalive_interval)
             except TimeoutError:
-                yield ": keep-alive\n\n"
+                yield _comment("keep-alive")
                 continue
             if kind == "event":
                 yield frame(public_event(payload), event_id=int(payload["seq"]))
@@ -241,12 +248,22 @@ async def event_stream(
                 yield frame(payload, event="error")
                 return
             else:
-                yield ": end of run\n\n"
+                yield _comment("end of run")
                 return
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def stream_response(messages: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    """The HTTP response of a stream: keep-alives come from `event_stream` when it is idle."""
+    return EventSourceResponse(
+        messages,
+        headers={"Cache-Control": "no-cache"},
+        ping=0,
+        sep=SEPARATOR,
+    )
 
 
 __all__ = [
@@ -256,5 +273,6 @@ __all__ = [
     "frame",
     "is_final",
     "public_event",
+    "stream_response",
     "wants_stream",
 ]

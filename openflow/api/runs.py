@@ -125,9 +125,9 @@ async def list_runs(
     response_model=WorkflowRunState,
     responses=documented(401, 404, 422, 503),
 )
-async def get_run(run_id: RunId, runs: RunsDep) -> dict[str, Any]:
+async def get_run(run_id: RunId, runs: RunsDep) -> WorkflowRunState:
     """The run as a person sees it (the `state` query)."""
-    return await runs.state(run_id)
+    return await runs.run_state(run_id)
 
 
 @router.get(
@@ -167,7 +167,7 @@ async def get_events(
     """The run's durable events after a sequence number, as JSON or as a live stream."""
     start = max(after, last_event_id or 0)
     if not wants_stream(request.headers.get("accept")):
-        return await runs.events(run_id, start)
+        return await runs.run_events(run_id, start)
     handle = await runs.handle(run_id)
     stream = event_stream(
         runs.client,

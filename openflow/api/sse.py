@@ -21,15 +21,15 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, Protocol
 
-from pydantic import TypeAdapter, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from temporalio.api.enums.v1 import PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow.api.errors import as_http_error, error_body
-from openflow.client import events_after
-from openflow.engine.events import RunEvent
+from openflow.client import event_json, events_after, parse_events
+from openflow.engine import RunEvent
+from openflow.engine.events import Error
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ SEPARATOR = "\n"
 RECONNECT_MS = 2000
 QUERY_TIMEOUT = timedelta(seconds=10)
 CLOSED_CHECK_SECONDS = 1.0
-_EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
 _FINAL_TYPES = frozenset({"Finished", "NodeFailed", "Aborted"})
 _TRANSIENT = frozenset(
     {
@@ -61,23 +60,16 @@ def wants_stream(accept: str | None) -> bool:
     return bool(accept) and MEDIA_TYPE in (accept or "").lower()
 
 
-def is_final(event: dict[str, Any]) -> bool:
+def is_final(event: RunEvent) -> bool:
     """Whether a durable event ends the run."""
-    kind = event.get("type")
-    if kind in _FINAL_TYPES:
+    if event.type in _FINAL_TYPES:
         return True
-    return kind == "Error" and not str(event.get("message", "")).startswith("ignored ")
+    return isinstance(event, Error) and not event.message.startswith("ignored ")
 
 
-def public_event(event: dict[str, Any]) -> dict[str, Any]:
-    """An event as the API shows it: the RunEvent model's JSON (raw when the model rejects it)."""
-    try:
-        parsed = _EVENT.validate_python(event)
-    except ValidationError:
-        logger.warning("run event of type %r does not match its model", event.get("type"))
-        return event
-    data: dict[str, Any] = _EVENT.dump_python(parsed, mode="json", by_alias=True)
-    return data
+def public_event(event: RunEvent) -> dict[str, Any]:
+    """An event as the API shows it: the RunEvent model's JSON."""
+    return event_json(event, by_alias=True)
 
 
 def frame(
@@ -98,8 +90,8 @@ def _comment(text: str) -> ServerSentEvent:
 
 async def _query_events(
     client: Client, handle: WorkflowHandle[Any, Any], after: int
-) -> list[dict[str, Any]]:
-    return await events_after(client, handle, after, rpc_timeout=QUERY_TIMEOUT)
+) -> list[RunEvent]:
+    return parse_events(await events_after(client, handle, after, rpc_timeout=QUERY_TIMEOUT))
 
 
 async def _in_history(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -169,7 +161,7 @@ class _Follower:
         while True:
             try:
                 batch = await _query_events(self.client, self.handle, self.last)
-                fresh = any(int(e.get("seq", 0)) > self.last for e in batch)
+                fresh = any(e.seq > self.last for e in batch)
                 if fresh and not await _in_history(self.handle):
                     await asyncio.sleep(self.poll_interval)
                     continue
@@ -192,11 +184,11 @@ class _Follower:
                 logger.info("event stream of %s: Temporal did not answer (%s)", self.run_id, exc)
             await asyncio.sleep(self.poll_interval)
 
-    async def _emit(self, batch: list[dict[str, Any]]) -> bool:
+    async def _emit(self, batch: list[RunEvent]) -> bool:
         """Queue new events; True once the run's final event went out."""
-        fresh = [e for e in batch if int(e.get("seq", 0)) > self.last]
+        fresh = [e for e in batch if e.seq > self.last]
         for event in fresh:
-            self.last = int(event["seq"])
+            self.last = event.seq
             await self.queue.put(("event", event))
         if fresh and is_final(fresh[-1]):
             await self.queue.put(("end", None))
@@ -241,7 +233,7 @@ async def event_stream(
                 yield _comment("keep-alive")
                 continue
             if kind == "event":
-                yield frame(public_event(payload), event_id=int(payload["seq"]))
+                yield frame(public_event(payload), event_id=payload.seq)
             elif kind == "delta":
                 yield frame(payload, event="delta")
             elif kind == "error":

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import MAX_ENTRYPOINT_BYTES
 from openflow.engine.spec import Workflow
 from openflow.paths import openflow_home
+from openflow.settings import runtime_settings
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -170,7 +170,7 @@ def _report_outcome(console: Console, run_id: str, outcome: FollowOutcome) -> in
 
 def run_ui_url(run_id: str) -> str:
     """The Web UI page of a run: $OPENFLOW_UI_URL, else the embedded server's UI port."""
-    base = os.environ.get("OPENFLOW_UI_URL", "").strip().rstrip("/")
+    base = (runtime_settings(only=("ui_url",)).ui_url or "").rstrip("/")
     target = load_target()
     if not base:
         host, _, port = target.address.rpartition(":")

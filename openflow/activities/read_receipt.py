@@ -20,7 +20,7 @@ class ReadReceiptActivity:
     @activity.defn(name=c.ACTIVITY_RECEIPT)
     async def read_receipt(self, inp: c.ReceiptInput) -> c.ReceiptResult:
         """The receipt a lost batch left, if any."""
-        run_id = inp.run_id or activity.info().workflow_id
+        run_id = inp.run_id or activity.info().workflow_id or ""
         store = self.files.store
         try:
             data = await heartbeating(

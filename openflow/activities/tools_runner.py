@@ -28,7 +28,7 @@ from openflow.settings import SettingsError, parse_tool_budget
 if TYPE_CHECKING:
     from openflow.activities.tools.cache import ResultCache
     from openflow.activities.tools.cluster_locks import ClusterLocks
-    from openflow.activities.tools.executor import LockTable
+    from openflow.activities.tools.executor import Locks
     from openflow.activities.tools.registry import ToolRegistry
     from openflow.activities.tools.staging import RunStaging
 
@@ -87,7 +87,7 @@ class BatchDeps:
     budget: asyncio.Semaphore
     cluster_locks: ClusterLocks | None = None
     _staging: RunStaging | None = field(default=None, repr=False)
-    _locks: dict[str, LockTable] = field(default_factory=dict, repr=False)
+    _locks: dict[str, Locks] = field(default_factory=dict, repr=False)
     _caches: dict[str, ResultCache] = field(default_factory=dict, repr=False)
 
     def staging(self) -> RunStaging:
@@ -98,9 +98,9 @@ class BatchDeps:
             self._staging = RunStaging()
         return self._staging
 
-    def locks(self, run_id: str, execution_dir: Path) -> LockTable:
+    def locks(self, run_id: str, execution_dir: Path) -> Locks:
         """The run's lock table (shared with every worker when there is a database)."""
-        locks = self._locks.get(run_id)
+        locks: Locks | None = self._locks.get(run_id)
         if locks is None:
             if self.cluster_locks is None:
                 from openflow.activities.tools.executor import LockTable

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from temporalio.client import Client
@@ -35,6 +35,9 @@ from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
 from openflow.settings import SettingsError, load_settings, parse_switch
 from openflow.workflows.run import EngineFault, OpenFlowRun
+
+if TYPE_CHECKING:
+    from openflow.activities.tools.registry import ToolRegistry
 
 #: Bugs in engine or workflow code fail the run visibly instead of retrying its task forever.
 FAILURE_TYPES: list[type[BaseException]] = [
@@ -119,9 +122,10 @@ def make_activities(
     live: LiveChannel | None = None,
     env: Mapping[str, str] | None = None,
     provider_factory: ProviderFactory | None = None,
-    tools: Any = None,
+    tools: ToolRegistry | None = None,
 ) -> Activities:
-    """The run activities with the default store, live channel, tools and providers.
+    """The run activities with the default store, live channel, tools and providers, and
+    the run files and batch dependencies they share.
 
     Without a `store`, OPENFLOW_DATABASE_URL chooses it (`openflow.backends`): files under
     `home`, or the cluster database (which then also holds the live channel and tool locks).

@@ -131,6 +131,10 @@ class ModelTurnInput(OmitDefaults, _Model):
     profile: dict[str, Any] = Field(default_factory=dict)
     #: Run the reply's calls at once when all are reads the node lets through (see `tools`).
     eager: bool = True
+    #: What the call is for: a conversation's turn, or the post-run review (whose evidence
+    #: the activity completes from the store). Calls recorded without it are the review when
+    #: their node is the review's (`openflow.activities.model_turn.turn_purpose`).
+    purpose: Literal["node", "review"] = "node"
 
 
 class ToolBatchInput(OmitDefaults, _Model):

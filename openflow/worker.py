@@ -2,29 +2,41 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib
 import importlib.metadata
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from openflow.activities.run_activities import RunActivities
+from openflow.activities.model_providers import ModelProviders, ProviderFactory
+from openflow.activities.model_turn import ModelTurnActivity
+from openflow.activities.prepare_run import PrepareRunActivity
+from openflow.activities.read_receipt import ReadReceiptActivity
+from openflow.activities.run_files import RunFiles
 from openflow.activities.store import RunStore
+from openflow.activities.tool_batch import ToolBatchActivity
 from openflow.activities.tools.confine import announce as announce_confinement
+from openflow.activities.tools_runner import BatchDeps, default_tools, tool_budget
+from openflow.activities.write_handoff import WriteHandoffActivity
 from openflow.backends import open_backends
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
 from openflow.settings import load_settings, runtime_settings
 from openflow.workflows.run import EngineFault, OpenFlowRun
+
+if TYPE_CHECKING:
+    from openflow.activities.tools.registry import ToolRegistry
 
 #: Bugs in engine or workflow code fail the run visibly instead of retrying its task forever.
 FAILURE_TYPES: list[type[BaseException]] = [
@@ -77,20 +89,42 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
     )
 
 
+@dataclass(frozen=True)
+class Activities:
+    """The activities a worker registers, built once over the dependencies they share."""
+
+    files: RunFiles
+    batches: BatchDeps
+    prepare_run: PrepareRunActivity
+    model_turn: ModelTurnActivity
+    tool_batch: ToolBatchActivity
+    write_handoff: WriteHandoffActivity
+    read_receipt: ReadReceiptActivity
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [
+            self.prepare_run.prepare_run,
+            self.model_turn.model_turn,
+            self.tool_batch.tool_batch,
+            self.write_handoff.write_handoff,
+            self.read_receipt.read_receipt,
+        ]
+
+
 def make_activities(
     home: Path,
     store: RunStore | None = None,
     live: LiveChannel | None = None,
     env: Mapping[str, str] | None = None,
-    provider_factory: Any = None,
-) -> RunActivities:
-    """The run activities with the default store, live channel, tools and providers.
+    provider_factory: ProviderFactory | None = None,
+    tools: ToolRegistry | None = None,
+) -> Activities:
+    """The run activities with the default store, live channel, tools and providers, and
+    the run files and batch dependencies they share.
 
     Without a `store`, OPENFLOW_DATABASE_URL chooses it (`openflow.backends`): files under
     `home`, or the cluster database (which then also holds the live channel and tool locks).
     """
-    from openflow.activities.tools_runner import default_tools
-
     if provider_factory is None:
         provider_factory = _default_provider_factory()
     db = None
@@ -98,18 +132,33 @@ def make_activities(
         backends = open_backends(home)
         store, db = backends.store, backends.db
         live = live if live is not None else backends.live
-    return RunActivities(
-        home=home,
-        store=store,
-        live=live if live is not None else FileLiveChannel(home / "runs"),
-        tools=default_tools(),
-        provider_factory=provider_factory,
-        env=env,
-        db=db,
+    if live is None:
+        live = FileLiveChannel(home / "runs")
+    files = RunFiles(home, store, env)
+    cluster_locks = None
+    if db is not None:
+        from openflow.activities.tools.cluster_locks import ClusterLocks
+
+        cluster_locks = ClusterLocks(db)
+    batches = BatchDeps(
+        files=files,
+        tools=tools if tools is not None else default_tools(),
+        live=live,
+        budget=asyncio.Semaphore(tool_budget(files.env)),
+        cluster_locks=cluster_locks,
+    )
+    return Activities(
+        files=files,
+        batches=batches,
+        prepare_run=PrepareRunActivity(files, batches.tools),
+        model_turn=ModelTurnActivity(files, ModelProviders(files, provider_factory), batches, live),
+        tool_batch=ToolBatchActivity(batches),
+        write_handoff=WriteHandoffActivity(files),
+        read_receipt=ReadReceiptActivity(files),
     )
 
 
-def _default_provider_factory() -> Any:
+def _default_provider_factory() -> ProviderFactory | None:
     try:
         from openflow.activities.providers.registry import provider_for
     except ImportError:
@@ -151,7 +200,7 @@ def build_worker(
     client: Client,
     task_queue: str,
     home: Path,
-    activities: RunActivities | None = None,
+    activities: Activities | None = None,
     max_concurrent_activities: int = 64,
     sandboxed: bool | None = None,
 ) -> Worker:
@@ -184,6 +233,7 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
 
 __all__ = [
     "FAILURE_TYPES",
+    "Activities",
     "build_id",
     "build_worker",
     "connect",

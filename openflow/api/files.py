@@ -15,8 +15,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from starlette.concurrency import run_in_threadpool
 
-from openflow.activities.run_activities import handoff_segment
 from openflow.activities.store import InvalidKey, KeyNotFound, RunStore
+from openflow.activities.write_handoff import handoff_segment
 from openflow.api.deps import ContextDep, RunsDep
 from openflow.api.errors import NotFound, documented
 from openflow.api.routing import StrictJsonRoute

@@ -21,6 +21,11 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import TypeAdapter
 
     from openflow import contracts as c
+    from openflow.activities.model_turn import ModelTurnActivity
+    from openflow.activities.prepare_run import PrepareRunActivity
+    from openflow.activities.read_receipt import ReadReceiptActivity
+    from openflow.activities.tool_batch import ToolBatchActivity
+    from openflow.activities.write_handoff import WriteHandoffActivity
     from openflow.engine import advance as engine
     from openflow.engine.compact import compact
     from openflow.engine.errors import EngineError
@@ -178,15 +183,14 @@ class OpenFlowRun:
         plan: Plan
         if inp.snapshot is None:
             try:
-                prepared = await workflow.execute_activity(
-                    c.ACTIVITY_PREPARE,
+                prepared = await workflow.execute_activity_method(
+                    PrepareRunActivity.prepare_run,
                     c.PrepareInput(
                         run_id=inp.run_id,
                         workflow=inp.workflow,
                         project_dir=inp.project_dir,
                         provider_id=inp.provider_id,
                     ),
-                    result_type=c.PrepareResult,
                     start_to_close_timeout=timedelta(minutes=2),
                     heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     # Safe to run again: a worker lost here is replaced after half a second.
@@ -439,6 +443,7 @@ class OpenFlowRun:
             delta=intent.delta,
             provider_id=provider_id,
             eager=bool(eager),
+            purpose="review" if intent.purpose == "review" else "node",
         )
         try:
             with self._spans.within(intent.node_id):
@@ -496,10 +501,9 @@ class OpenFlowRun:
             )
 
     async def _model_activity(self, intent: CallModel, arg: c.ModelTurnInput) -> c.ModelTurnResult:
-        return await workflow.execute_activity(
-            c.ACTIVITY_MODEL_TURN,
+        return await workflow.execute_activity_method(
+            ModelTurnActivity.model_turn,
             arg,
-            result_type=c.ModelTurnResult,
             start_to_close_timeout=MODEL_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=NO_RETRY,
@@ -569,10 +573,9 @@ class OpenFlowRun:
         batch = self._snapshot.batches.get(intent.batch_id)
         calls = tuple(batch.calls) if batch is not None else ()
         try:
-            found = await workflow.execute_activity(
-                c.ACTIVITY_RECEIPT,
+            found = await workflow.execute_activity_method(
+                ReadReceiptActivity.read_receipt,
                 c.ReceiptInput(batch_id=intent.batch_id),
-                result_type=c.ReceiptResult,
                 start_to_close_timeout=RECEIPT_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=5),
@@ -599,10 +602,9 @@ class OpenFlowRun:
         tries = 0
         while True:
             try:
-                return await workflow.execute_activity(
-                    c.ACTIVITY_TOOL_BATCH,
+                return await workflow.execute_activity_method(
+                    ToolBatchActivity.tool_batch,
                     arg,
-                    result_type=c.ToolBatchResult,
                     start_to_close_timeout=TOOL_TIMEOUT,
                     heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     retry_policy=retry,
@@ -618,15 +620,14 @@ class OpenFlowRun:
     async def _handoff(self, intent: WriteHandoff) -> None:
         assert self._snapshot is not None
         try:
-            result = await workflow.execute_activity(
-                c.ACTIVITY_HANDOFF,
+            result = await workflow.execute_activity_method(
+                WriteHandoffActivity.write_handoff,
                 c.HandoffInput(
                     run_id=self._snapshot.run_id,
                     node_id=intent.node_id,
                     format=intent.format,
                     output=intent.output,
                 ),
-                result_type=c.HandoffResult,
                 start_to_close_timeout=timedelta(minutes=1),
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=5),

@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 
 from openflow import contracts as c
-from openflow.activities.run_activities import RunActivities
+from openflow.activities import tools_runner
 from openflow.activities.store import KeyNotFound
 from openflow.engine.request import AgentRequest, ModelReply, UsageReport
 from openflow.engine.state import StoredItemRef, TranscriptDelta
 from openflow.engine.transcript import AssistantItem, ToolResult, ToolResultItem, UserItem
-from openflow.worker import make_activities
+from openflow.worker import Activities, make_activities
 
 
 @pytest.fixture(params=["file", "postgres"])
 def acts(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> RunActivities:
+) -> Activities:
     """A worker's activities whose run store is files under its home, or PostgreSQL."""
     if request.param == "postgres":
         monkeypatch.setenv("OPENFLOW_DATABASE_URL", request.getfixturevalue("pg_url"))
@@ -47,10 +47,10 @@ def _turn(delta: TranscriptDelta, call: str = "model:busy-3") -> c.ModelTurnInpu
 
 def _store_list(acts: object, key: str, items: list[object]) -> None:
     data = json.dumps([item.model_dump(mode="json") for item in items]).encode()  # type: ignore[attr-defined]
-    acts.store.put_bytes("run-1", key, data)  # type: ignore[attr-defined]
+    acts.files.store.put_bytes("run-1", key, data)  # type: ignore[attr-defined]
 
 
-def test_a_packed_reference_appends_every_item_it_names(acts: RunActivities) -> None:
+def test_a_packed_reference_appends_every_item_it_names(acts: Activities) -> None:
     reply = [AssistantItem(content="looking"), UserItem(content="unused")]
     result = ToolResultItem(result=ToolResult(tool_call_id="c1", tool_name="ls", content="a.txt"))
     _store_list(acts, "replies/busy/r.json", [reply[0], result])
@@ -61,29 +61,29 @@ def test_a_packed_reference_appends_every_item_it_names(acts: RunActivities) -> 
             StoredItemRef(store_key="replies/busy/r.json", index=0, count=2),
         ),
     )
-    _, transcript, _, persisted = acts._prepare_turn(_turn(delta))
+    _, transcript, _, persisted = acts.model_turn.prepare(_turn(delta))
     assert persisted == 3
     assert transcript == [UserItem(content="go"), reply[0], result]
     # The next turn reuses what it parsed; a later line that changed is parsed again.
     again = TranscriptDelta(base_len=2, items=(UserItem(content="instead"),))
-    _, transcript, _, persisted = acts._prepare_turn(_turn(again, "model:busy-4"))
+    _, transcript, _, persisted = acts.model_turn.prepare(_turn(again, "model:busy-4"))
     assert persisted == 3
     assert transcript == [UserItem(content="go"), reply[0], UserItem(content="instead")]
 
 
-def test_a_reference_past_the_stored_list_reports_it_missing(acts: RunActivities) -> None:
+def test_a_reference_past_the_stored_list_reports_it_missing(acts: Activities) -> None:
     _store_list(acts, "replies/busy/r.json", [AssistantItem(content="only one")])
     delta = TranscriptDelta(
         base_len=0, items=(StoredItemRef(store_key="replies/busy/r.json", index=0, count=2),)
     )
     with pytest.raises(KeyNotFound):
-        acts._prepare_turn(_turn(delta))
-    acts.store.put_bytes("run-1", "replies/busy/torn.json", b'[{"kind":')
+        acts.model_turn.prepare(_turn(delta))
+    acts.files.store.put_bytes("run-1", "replies/busy/torn.json", b'[{"kind":')
     torn = TranscriptDelta(
         base_len=0, items=(StoredItemRef(store_key="replies/busy/torn.json", index=0),)
     )
     with pytest.raises(KeyNotFound):
-        acts._prepare_turn(_turn(torn))
+        acts.model_turn.prepare(_turn(torn))
 
 
 def test_history_leaves_out_zero_usage_and_a_total_that_is_the_sum() -> None:
@@ -115,22 +115,22 @@ def test_store_keys_history_leaves_out_are_the_ones_activities_use() -> None:
 
 
 def test_a_reference_to_the_transcript_is_read_before_the_turn_rewrites_it(
-    acts: RunActivities,
+    acts: Activities,
 ) -> None:
     written = [AssistantItem(content="a"), AssistantItem(content="b"), AssistantItem(content="c")]
     delta = TranscriptDelta(base_len=0, items=tuple(written))
-    acts._prepare_turn(_turn(delta))
+    acts.model_turn.prepare(_turn(delta))
     # The engine keeps line 0, drops line 1 and moves line 2 after nothing else: one rewrite.
     moved = TranscriptDelta(
         base_len=1,
         items=(StoredItemRef(store_key="", index=2), UserItem(content="then this")),
     )
-    _, transcript, _, persisted = acts._prepare_turn(_turn(moved, "model:busy-4"))
+    _, transcript, _, persisted = acts.model_turn.prepare(_turn(moved, "model:busy-4"))
     assert transcript == [written[0], written[2], UserItem(content="then this")]
     assert persisted == 3
     past = TranscriptDelta(base_len=3, items=(StoredItemRef(store_key="", index=7),))
     with pytest.raises(KeyNotFound):
-        acts._prepare_turn(_turn(past, "model:busy-5"))
+        acts.model_turn.prepare(_turn(past, "model:busy-5"))
 
 
 @pytest.mark.parametrize(
@@ -149,7 +149,7 @@ def test_a_model_call_id_names_its_conversation(call_id: str, node: str) -> None
 
 
 async def test_reads_that_cannot_run_at_once_are_left_to_their_own_batch(
-    acts: RunActivities, monkeypatch: pytest.MonkeyPatch
+    acts: Activities, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from openflow.engine.request import RawToolCall
 
@@ -158,13 +158,15 @@ async def test_reads_that_cannot_run_at_once_are_left_to_their_own_batch(
         wire="scripted", tool_calls=(RawToolCall(id="c1", name="ls", arguments={"path": "."}),)
     )
 
-    async def broken(batch: c.ToolBatchInput) -> object:
+    async def broken(deps: object, batch: c.ToolBatchInput) -> object:
         raise RuntimeError("the tool host is broken")
 
-    monkeypatch.setattr(acts, "_execute_tools", broken)
+    monkeypatch.setattr(tools_runner, "run_tools", broken)
     # A failure here must not lose the reply (and call the model again): the engine plans
     # the batch as usual and its activity retries it.
-    assert await acts._eager_tools(_turn(TranscriptDelta(base_len=0)), request, reply) == (None, [])
+    assert await acts.model_turn.eager_reads(
+        _turn(TranscriptDelta(base_len=0)), request, reply
+    ) == (None, [])
     # A write among the calls, or reads the node must ask for, never run early.
     mixed = reply.model_copy(
         update={
@@ -174,20 +176,22 @@ async def test_reads_that_cannot_run_at_once_are_left_to_their_own_batch(
             )
         }
     )
-    monkeypatch.setattr(acts, "_execute_tools", None)
-    assert await acts._eager_tools(_turn(TranscriptDelta(base_len=0)), request, mixed) == (None, [])
+    monkeypatch.setattr(tools_runner, "run_tools", None)
+    assert await acts.model_turn.eager_reads(
+        _turn(TranscriptDelta(base_len=0)), request, mixed
+    ) == (None, [])
     asked = _turn(TranscriptDelta(base_len=0)).model_copy(update={"eager": False})
-    assert await acts._eager_tools(asked, request, reply) == (None, [])
+    assert await acts.model_turn.eager_reads(asked, request, reply) == (None, [])
 
 
-def test_the_review_reads_each_conversation_from_the_store(acts: RunActivities) -> None:
+def test_the_review_reads_each_conversation_from_the_store(acts: Activities) -> None:
     from openflow.engine import advance as engine
     from openflow.engine.review import REVIEW_NODE, review_request
     from tests.engine.driver import single_agent_workflow
 
     snapshot = engine.start(single_agent_workflow(), "run-1", 0, entrypoint_text="go").snapshot
     said = AssistantItem(content="I looked at everything twice.")
-    acts.store.append_lines("run-1", c.transcript_key("first"), [said.model_dump_json()], 0)
+    acts.files.store.append_lines("run-1", c.transcript_key("first"), [said.model_dump_json()], 0)
     header = review_request(snapshot, "first")
     inp = c.ModelTurnInput(
         run_id="run-1",
@@ -199,7 +203,7 @@ def test_the_review_reads_each_conversation_from_the_store(acts: RunActivities) 
         delta=TranscriptDelta(base_len=0),
         provider_id="scripted",
     )
-    request, _, _, _ = acts._prepare_turn(inp)
+    request, _, _, _ = acts.model_turn.prepare(inp)
     assert request.input is not None and request.input["evidenceTruncated"] is False
     text = request.input["runEvidence"]
     assert isinstance(text, str) and "I looked at everything twice." in text
@@ -213,16 +217,37 @@ def test_a_transcript_another_worker_wrote_to_is_read_again(
     mine = make_activities(tmp_path / "a", provider_factory=None)
     other = make_activities(tmp_path / "b", provider_factory=None)
     first = TranscriptDelta(base_len=0, items=(UserItem(content="go"),))
-    _, transcript, _, _ = mine._prepare_turn(_turn(first))
+    _, transcript, _, _ = mine.model_turn.prepare(_turn(first))
     assert transcript == [UserItem(content="go")]
     # The next turn ran on the other worker, which also kept its reply.
     later = TranscriptDelta(base_len=1, items=(AssistantItem(content="from b"),))
-    other._prepare_turn(_turn(later, "model:busy-4"))
+    other.model_turn.prepare(_turn(later, "model:busy-4"))
     again = TranscriptDelta(base_len=2, items=(UserItem(content="back on a"),))
-    _, transcript, _, persisted = mine._prepare_turn(_turn(again, "model:busy-5"))
+    _, transcript, _, persisted = mine.model_turn.prepare(_turn(again, "model:busy-5"))
     assert persisted == 3
     assert transcript == [
         UserItem(content="go"),
         AssistantItem(content="from b"),
         UserItem(content="back on a"),
     ]
+
+
+def test_the_review_is_chosen_by_its_purpose_and_older_calls_by_their_node() -> None:
+    from openflow.activities.model_turn import turn_purpose
+    from openflow.engine.review import REVIEW_NODE
+
+    def wire(inp: c.ModelTurnInput) -> c.ModelTurnInput:
+        return c.ModelTurnInput.model_validate_json(inp.model_dump_json())
+
+    node = _turn(TranscriptDelta(base_len=0)).model_copy(update={"purpose": "node"})
+    # A node's turn carries no purpose in history, as before the field.
+    assert "purpose" not in json.loads(node.model_dump_json())
+    assert turn_purpose(wire(node)) == "node"
+    review = c.ModelTurnInput(**{**node.model_dump(), "purpose": "review"})
+    assert json.loads(review.model_dump_json())["purpose"] == "review"
+    assert turn_purpose(wire(review)) == "review"
+    # A review recorded before `purpose` is known by its node, named or implied by its call id.
+    recorded = {k: v for k, v in node.model_dump().items() if k != "purpose"}
+    named = c.ModelTurnInput(**{**recorded, "node_id": REVIEW_NODE})
+    implied = c.ModelTurnInput(**{**recorded, "node_id": "", "call_id": f"model:{REVIEW_NODE}-9"})
+    assert turn_purpose(wire(named)) == turn_purpose(wire(implied)) == "review"

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -71,6 +71,15 @@ class BatchOutcome(BaseModel):
     reads: list[dict[str, str]] = Field(default_factory=list)
     #: How long each call took, in milliseconds, in call order.
     durations_ms: list[int] = Field(default_factory=list)
+
+
+class Locks(Protocol):
+    """What a batch holds its calls' lock keys with: a `LockTable`, or one shared with the
+    cluster (`cluster_locks.SharedLockTable`)."""
+
+    def is_locked(self, key: str) -> bool: ...
+
+    def hold(self, keys: Sequence[str]) -> contextlib.AbstractAsyncContextManager[None]: ...
 
 
 class LockTable:
@@ -314,7 +323,7 @@ async def _run_call(
     ctx: ToolContext,
     call: ToolCall,
     registry: ToolRegistry,
-    locks: LockTable,
+    locks: Locks,
     budget: asyncio.Semaphore,
     cache: ResultCache | None,
 ) -> _CallOutcome:
@@ -339,7 +348,7 @@ async def _run_one(
     ctx: ToolContext,
     call: ToolCall,
     registry: ToolRegistry,
-    locks: LockTable,
+    locks: Locks,
     budget: asyncio.Semaphore,
     cache: ResultCache | None,
 ) -> _CallOutcome:
@@ -415,7 +424,7 @@ async def execute_batch(
     ctx: ToolContext,
     calls: Sequence[ToolCall],
     registry: ToolRegistry,
-    locks: LockTable,
+    locks: Locks,
     budget: asyncio.Semaphore,
     cache: ResultCache | None = None,
 ) -> BatchOutcome:
@@ -456,6 +465,7 @@ __all__ = [
     "DEFAULT_TOOL_BUDGET",
     "BatchOutcome",
     "LockTable",
+    "Locks",
     "cancelled_result",
     "execute_batch",
     "new_tool_budget",

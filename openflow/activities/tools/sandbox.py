@@ -210,8 +210,7 @@ class Sandbox:
         try:
             if not parts:
                 # The folder itself: its parent handle is the folder, its name '.'.
-                st = os.stat(walk.fd)
-                return _Spot(parent=os.dup(walk.fd), name=".", rel=".", st=st)
+                return _Spot(parent=os.dup(walk.fd), name=".", rel=".", st=os.stat(walk.fd))
             while parts:
                 part = parts.pop(0)
                 if part == "..":

@@ -22,7 +22,10 @@ from openflow.activities.mcp import (
     batch_registry,
     discover_tools,
 )
-from openflow.activities.run_activities import RunActivities
+from openflow.activities.model_providers import ModelProviders
+from openflow.activities.model_turn import ModelTurnActivity
+from openflow.activities.prepare_run import PrepareRunActivity
+from openflow.activities.run_files import RunFiles
 from openflow.activities.store import FileRunStore
 from openflow.activities.tools import (
     BatchOutcome,
@@ -32,7 +35,7 @@ from openflow.activities.tools import (
     execute_batch,
     new_tool_budget,
 )
-from openflow.activities.tools_runner import run_batch
+from openflow.activities.tools_runner import BatchDeps, run_batch
 from openflow.engine.transcript import ToolCall, ToolResult
 from openflow.server import free_port
 from openflow.settings import load_settings
@@ -366,8 +369,11 @@ async def test_prepare_run_freezes_the_catalog_and_batches_use_it(
 ) -> None:
     write_scripted_settings(rig.home, {})
     write_mcp_settings(rig.home, {"web": http_mcp.config(), "broken": {"transport": "http"}})
-    acts = RunActivities(rig.home, rig.store, tools=default_registry())
-    prepared = await acts.prepare_run(
+    tools = default_registry()
+    files = RunFiles(rig.home, rig.store)
+    batches = BatchDeps(files=files, tools=tools, live=None, budget=asyncio.Semaphore(16))
+    turn = ModelTurnActivity(files, ModelProviders(files), batches)
+    prepared = await PrepareRunActivity(files, tools).prepare_run(
         c.PrepareInput(
             run_id=RUN, workflow=make_workflow([node("ask")], []), project_dir=str(rig.workdir)
         )
@@ -379,16 +385,16 @@ async def test_prepare_run_freezes_the_catalog_and_batches_use_it(
     catalog = {e["name"]: e for e in json.loads(rig.store.get_bytes(RUN, "catalog.json"))}
     assert catalog[LOOKUP]["mcp"]["server_id"] == "web"
     assert "mcp" not in catalog["read"]
-    (offered,) = acts._offered(RUN, (LOOKUP,))
+    (offered,) = turn.offered(RUN, (LOOKUP,))
     assert offered.description == "Look a word up."
 
     http_mcp.server.remove_tool("lookup")
     http_mcp.server.add_tool(lambda word: word, name="lookup", description="Something else.")
     write_mcp_settings(rig.home, {"web": http_mcp.config(), "late": stdio_config()})
-    (still,) = acts._offered(RUN, (LOOKUP,))
+    (still,) = turn.offered(RUN, (LOOKUP,))
     assert still.description == "Look a word up."
     batch = await run_batch(
-        acts,
+        batches,
         c.ToolBatchInput(
             run_id=RUN,
             batch_id="b1",

@@ -1,0 +1,282 @@
+"""The `model_turn` activity: one call of a model, with the transcript kept in the run store.
+
+The turn appends what it sends to the conversation's transcript, calls the provider, runs the
+reply's calls at once when all are reads the node lets through unasked, and appends the reply
+(then those results) before it returns. A post-run review (`purpose="review"`) reads each
+node's whole conversation from the store into its evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Literal
+
+from temporalio import activity
+
+from openflow import contracts as c
+from openflow.activities import tools_runner
+from openflow.activities.heartbeat import heartbeating
+from openflow.activities.lru import Lru
+from openflow.activities.model_providers import ModelProviders
+from openflow.activities.providers.errors import ProviderError
+from openflow.activities.run_files import CATALOG_KEY, RunFiles
+from openflow.activities.spans import elapsed_ms, model_span, record_failure, record_reply
+from openflow.activities.store import KeyNotFound
+from openflow.activities.tools_runner import BatchDeps, tool_specs
+from openflow.activities.transcripts import Transcripts
+from openflow.engine.advance import reply_items
+from openflow.engine.policy import EAGER_TOOLS
+from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
+from openflow.engine.review import REVIEW_NODE, render_evidence
+from openflow.engine.transcript import TranscriptItem
+from openflow.live import LiveChannel
+
+log = logging.getLogger(__name__)
+
+Prepared = tuple[AgentRequest, list[TranscriptItem], list[ToolSpec], int]
+
+
+def turn_purpose(inp: c.ModelTurnInput) -> Literal["node", "review"]:
+    """What the call is for. A call recorded before `purpose` existed is the review when its
+    node is the review's."""
+    if "purpose" in inp.model_fields_set:
+        return inp.purpose
+    return "review" if (inp.node_id or c.call_node(inp.call_id)) == REVIEW_NODE else "node"
+
+
+class LiveDeltas:
+    """The reply's text and thinking as they stream, published to the live channel (never to
+    history), each role's stream finalized when the call ends."""
+
+    def __init__(self, live: LiveChannel | None, run_id: str, node_id: str, call_id: str) -> None:
+        self.live = live
+        self.run_id = run_id
+        self.node_id = node_id
+        self.message_id = call_id
+        self.streamed: set[str] = set()
+
+    def on_delta(self, kind: str, text: str) -> None:
+        if self.live is None or not text:
+            return
+        role = "thinking" if kind == "thinking" else "assistant"
+        self.streamed.add(role)
+        self._publish(role, text, finalize=False)
+
+    def finalize(self) -> None:
+        for role in sorted(self.streamed):
+            self._publish(role, "", finalize=True)
+
+    def _publish(self, role: str, delta: str, *, finalize: bool) -> None:
+        assert self.live is not None
+        self.live.publish(
+            self.run_id,
+            {
+                "type": "ChatMessageDelta",
+                "node_id": self.node_id,
+                "message_id": self.message_id,
+                "role": role,
+                "delta": delta,
+                "finalize": finalize,
+            },
+        )
+
+
+def compact_reply(reply: ModelReply) -> ModelReply:
+    """A reply without what history need not carry twice (raw arguments that parsed)."""
+    calls = tuple(
+        call.model_copy(update={"arguments_raw": ""}) if call.arguments is not None else call
+        for call in reply.tool_calls
+    )
+    return reply.model_copy(update={"tool_calls": calls})
+
+
+class ModelTurnActivity:
+    """Model calls on this worker; what they share comes in through the constructor."""
+
+    def __init__(
+        self,
+        files: RunFiles,
+        providers: ModelProviders,
+        batches: BatchDeps,
+        live: LiveChannel | None = None,
+        transcripts: Transcripts | None = None,
+    ) -> None:
+        self.files = files
+        self.providers = providers
+        self.batches = batches
+        self.live = live
+        self.transcripts = transcripts if transcripts is not None else Transcripts(files)
+        self._headers: Lru[tuple[str, str], AgentRequest] = Lru(256)
+        self._catalogs: Lru[str, dict[str, ToolSpec]] = Lru(256)
+
+    @activity.defn(name=c.ACTIVITY_MODEL_TURN)
+    async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
+        return await heartbeating(self._model_turn(inp))
+
+    async def _model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
+        if not inp.run_id or not inp.node_id:
+            inp = inp.model_copy(
+                update={
+                    "run_id": inp.run_id or activity.info().workflow_id,
+                    "node_id": inp.node_id or c.call_node(inp.call_id),
+                }
+            )
+        try:
+            if inp.delta.items or turn_purpose(inp) == "review" or self.files.remote():
+                # Heartbeating: a store riding out a database restart must not look dead.
+                prepared = await heartbeating(asyncio.to_thread(self.prepare, inp))
+            else:
+                # Nothing to write (the last turn left its reply in place) on the local disk:
+                # no thread hop for what is a lock, a stat and a cached read.
+                prepared = self.prepare(inp)
+            request, transcript, tools, persisted = prepared
+        except KeyNotFound:
+            # A stored header or item this call refers to is gone (an unsynced blob lost in a
+            # machine crash): ask for the items themselves instead of calling the model.
+            return c.ModelTurnResult(
+                failure=ProviderFailure(
+                    kind="transient", message="stored conversation items are missing; resending"
+                ),
+                refs_missing=True,
+            )
+        deltas = LiveDeltas(self.live, inp.run_id, inp.node_id, inp.call_id)
+        started = time.monotonic()
+        try:
+            provider = self.providers.kept(inp)
+            if provider is None:
+                # A real provider reads settings.json and may import its SDK for the first
+                # time (seconds on a busy machine): off the event loop, so the heartbeat goes on.
+                provider = await asyncio.to_thread(self.providers.for_turn, inp)
+            with model_span(inp, request) as span:
+                try:
+                    reply = await provider.complete(request, transcript, tools, deltas.on_delta)
+                except ProviderError as exc:
+                    span.error(exc.failure.message)
+                    span.set({"error.type": exc.failure.kind})
+                    raise
+                reply = self.providers.priced(reply, request.model)
+                record_reply(span, inp, request, reply, transcript)
+        except ProviderError as exc:
+            record_failure(inp, request, exc.failure.kind)
+            return c.ModelTurnResult(
+                failure=exc.failure,
+                persisted_len=persisted,
+                ms=elapsed_ms(started),
+            )
+        finally:
+            deltas.finalize()
+        latency_ms = elapsed_ms(started)
+        reply = compact_reply(reply)
+        reads, results = await self.eager_reads(inp, request, reply)
+        items: list[TranscriptItem] = [*reply_items(reply), *results]
+        if reads is not None:
+            # The reply's calls name these results, in order: history need not repeat them.
+            anonymous = [
+                r.model_copy(update={"tool_call_id": "", "tool_name": ""}) for r in reads.results
+            ]
+            reads = reads.model_copy(update={"results": anonymous})
+        # The reply (and any results) go straight after what this turn sent, synced: the next
+        # turn finds them in place, and they are the only full copy of the tools' output.
+        key = c.transcript_key(inp.node_id)
+        await heartbeating(
+            asyncio.to_thread(self.transcripts.append, inp.run_id, key, persisted, items)
+        )
+        return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=reads, ms=latency_ms)
+
+    # --- what the provider is sent ------------------------------------------------------
+
+    def prepare(self, inp: c.ModelTurnInput) -> Prepared:
+        """Store what this turn adds to the transcript and load what the provider needs:
+        the request, the transcript, the tools offered and the transcript's length."""
+        store = self.files.store
+        header_key = f"headers/{inp.header_digest}.json"
+        if inp.header is not None:
+            # A remote store is not asked first: writing the cache in the background is
+            # cheaper than a round trip on the turn's path.
+            if self.files.remote() or not store.exists(inp.run_id, header_key):
+                self.files.cache_blob(inp.run_id, header_key, inp.header.model_dump_json().encode())
+            header = inp.header
+        else:
+            # A header is named by its digest, so what was read once is good for every turn.
+            cached = self._headers.get((inp.run_id, header_key))
+            if cached is None:
+                cached = AgentRequest.model_validate_json(store.get_bytes(inp.run_id, header_key))
+                self._headers.put((inp.run_id, header_key), cached)
+            header = cached
+        request = header.model_copy(update={"turn_index": inp.turn_index})
+        if turn_purpose(inp) == "review":
+            request = self._with_conversations(inp.run_id, request)
+        key = c.transcript_key(inp.node_id)
+        lines = self.transcripts.delta_lines(inp.run_id, inp.delta.items, key)
+        persisted = store.append_lines(inp.run_id, key, lines, expected_len=inp.delta.base_len)
+        transcript = self.transcripts.appended(inp.run_id, key, inp.delta.base_len, lines)
+        if transcript is None:
+            transcript = self.transcripts.read(inp.run_id, key)
+        tools = self.offered(inp.run_id, request.tool_names)
+        return request, transcript, tools, persisted
+
+    def _with_conversations(self, run_id: str, request: AgentRequest) -> AgentRequest:
+        """The post-run review's evidence with each node's whole conversation from the store,
+        rendered as the reviewer reads it (history carries the evidence without them)."""
+        evidence = (request.input or {}).get("runEvidence")
+        if not isinstance(evidence, dict):
+            return request
+        nodes = []
+        for node in evidence.get("nodes") or []:
+            lines = self.files.store.read_lines(run_id, c.transcript_key(str(node.get("id"))))
+            nodes.append({**node, "transcript": [json.loads(line) for line in lines]})
+        text, truncated = render_evidence({**evidence, "nodes": nodes})
+        return request.model_copy(
+            update={"input": {"runEvidence": text, "evidenceTruncated": truncated}}
+        )
+
+    def offered(self, run_id: str, names: tuple[str, ...]) -> list[ToolSpec]:
+        """The specs of the tools a request offers, from the catalog the run froze at start."""
+        if not names:
+            return []
+        by_name = self._catalogs.get(run_id)
+        if by_name is None:
+            catalog = self.files.json_file(run_id, CATALOG_KEY)
+            if not isinstance(catalog, list):
+                specs = tool_specs(self.batches.tools).values()
+                catalog = [s.model_dump(mode="json") for s in specs]
+            by_name = {spec["name"]: ToolSpec.model_validate(spec) for spec in catalog}
+            self._catalogs.put(run_id, by_name)
+        return [by_name[n] for n in names if n in by_name]
+
+    # --- reads run with the reply -------------------------------------------------------
+
+    async def eager_reads(
+        self, inp: c.ModelTurnInput, request: AgentRequest, reply: ModelReply
+    ) -> tuple[c.ToolBatchResult | None, list[TranscriptItem]]:
+        """Run the reply's calls now when every one is a read the node lets through unasked.
+
+        The engine still decides: the workflow feeds these results only for a batch of exactly
+        these calls planned from this reply; reads run twice change nothing when it does not.
+        """
+        calls = reply.tool_calls
+        allowed = EAGER_TOOLS.intersection(request.tool_names) if inp.eager else set()
+        if not calls or not all(
+            call.name in allowed and call.arguments is not None for call in calls
+        ):
+            return None, []
+        batch = c.ToolBatchInput(
+            run_id=inp.run_id,
+            batch_id=f"{inp.call_id}-tools",
+            node_id=inp.node_id,
+            calls=[call.as_call() for call in calls],
+            side_effects=False,
+        )
+        try:
+            return await tools_runner.run_tools(self.batches, batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the batch then runs as its own activity, with its retries
+            log.warning("reads asked for by %s could not run at once: %s", inp.call_id, exc)
+            return None, []
+
+
+__all__ = ["ModelTurnActivity", "compact_reply", "turn_purpose"]

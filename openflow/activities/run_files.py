@@ -1,0 +1,145 @@
+"""The run files every activity shares: the run store, the run's workspace, and what this
+worker keeps of the files a run writes once (its profiles, catalog and folder)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from openflow import contracts as c
+from openflow.activities.lru import Lru
+from openflow.activities.store import RunStore
+from openflow.settings import runtime_settings
+
+log = logging.getLogger(__name__)
+
+PROFILES_KEY = "profiles.json"
+CATALOG_KEY = "catalog.json"
+RUN_KEY = "run.json"
+
+
+def require_folder(folder: Path, what: str = "the run's folder") -> None:
+    """Fail the activity retryably when `folder` is not visible here (another worker may see it)."""
+    if folder.is_dir():
+        return
+    from temporalio.exceptions import ApplicationError
+
+    raise ApplicationError(
+        f"{what} {str(folder)!r} is not visible on this worker; mount the shared workspace "
+        "volume (or the project folder) at the same path on every worker",
+        type=c.RUN_FOLDER_MISSING,
+    )
+
+
+class RunFiles:
+    """The run store and the folders of runs, as one worker sees them."""
+
+    def __init__(self, home: Path, store: RunStore, env: Mapping[str, str] | None = None) -> None:
+        self.home = home
+        self.store = store
+        self.env = dict(env if env is not None else os.environ)
+        self._files: Lru[tuple[str, str], Any] = Lru()
+        self._batches: Lru[tuple[str, str], bytes] = Lru(64)
+        self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
+
+    # --- what the store can tell ----------------------------------------------------------
+
+    def remote(self) -> bool:
+        """Whether the store is read over the network (never on the event loop).
+
+        Local stores can tell whether a log changed (`stamp`); remote ones cannot cheaply.
+        """
+        return (
+            bool(getattr(self.store, "remote", False)) or getattr(self.store, "stamp", None) is None
+        )
+
+    def stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
+        """The log's current stamp, when the store keeps one."""
+        stamp = getattr(self.store, "stamp", None)
+        return stamp(run_id, key) if stamp is not None else None
+
+    def appended_stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
+        """The log's stamp as this worker's last append left it (length, generation), when
+        the store reports it (PostgreSQL)."""
+        appended = getattr(self.store, "appended_stamp", None)
+        return appended(run_id, key) if appended is not None else None
+
+    # --- files a run writes once ----------------------------------------------------------
+
+    def json_file(self, run_id: str, key: str) -> Any:
+        """A JSON file a run writes once at its start (profiles, catalog), read once a worker;
+        None when it is not there."""
+        cached = self._files.get((run_id, key))
+        if cached is not None:
+            return cached
+        try:
+            data = json.loads(self.store.get_bytes(run_id, key))
+        except FileNotFoundError:
+            return None
+        self._files.put((run_id, key), data)
+        return data
+
+    def keep_batch(self, run_id: str, key: str, data: bytes) -> None:
+        """Keep a batch's stored results: the node's next turn usually runs here and refers to
+        them."""
+        self._batches.put((run_id, key), data)
+
+    def stored_bytes(self, run_id: str, key: str) -> bytes:
+        """What is stored under `key`, from the batches this worker kept when it has it."""
+        kept = self._batches.get((run_id, key))
+        return kept if kept is not None else self.store.get_bytes(run_id, key)
+
+    def cache_blob(self, run_id: str, key: str, data: bytes) -> None:
+        """Store a blob that only caches what history holds, off the turn's critical path.
+
+        Unsynced and written in the background: if it is lost (a crash) or not there yet when a
+        later call looks, that call reports its reference missing and the engine sends the items
+        themselves.
+        """
+
+        def write() -> None:
+            try:
+                self.store.put_bytes(run_id, key, data, sync=False)
+            except Exception as exc:  # a cache write failing only costs a resend
+                log.warning("could not store %s for run %s: %s", key, run_id, exc)
+
+        self._writer.submit(write)
+
+    # --- the run's folder -----------------------------------------------------------------
+
+    def make_execution_dir(self, run_id: str, project_dir: str | None) -> str:
+        """The folder the run's tools work in: its project, or its own workspace (created).
+
+        The workspace is `$OPENFLOW_WORKSPACES/<run_id>` when that is set (a volume every worker
+        mounts), else `$OPENFLOW_HOME/runs/<run_id>/workspace`. A folder this worker cannot see
+        fails the activity retryably (another worker may see it); it is never made elsewhere.
+        """
+        if project_dir:
+            require_folder(Path(project_dir))
+            return project_dir
+        root = runtime_settings(self.env, only=("workspaces",)).workspaces or ""
+        if not root:
+            folder = self.default_workspace(run_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            return str(folder)
+        require_folder(Path(root), "OPENFLOW_WORKSPACES")
+        folder = Path(root) / run_id
+        folder.mkdir(exist_ok=True)
+        return str(folder)
+
+    def default_workspace(self, run_id: str) -> Path:
+        return self.home / "runs" / run_id / "workspace"
+
+    def execution_dir(self, run_id: str) -> str:
+        """The folder `prepare_run` chose for the run (reads the store: may block)."""
+        run = self.json_file(run_id, RUN_KEY)
+        folder = run.get("execution_dir") if isinstance(run, dict) else None
+        return str(folder or self.default_workspace(run_id))
+
+
+__all__ = ["CATALOG_KEY", "PROFILES_KEY", "RUN_KEY", "RunFiles", "require_folder"]

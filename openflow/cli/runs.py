@@ -17,6 +17,7 @@ from temporalio.client import (
 
 from openflow import contracts as c
 from openflow.backends import open_backends
+from openflow.cli.approvals import approval_action
 from openflow.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -281,12 +282,16 @@ def cmd_runs_input(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_decide(args: argparse.Namespace) -> int:
-    """`openflow runs approve|deny ID APPROVAL [--reason]`: decide a pending tool batch."""
-    action = c.Action(
-        kind="approval", approval_id=args.approval_id, allow=args.allow, reason=args.reason
-    )
-    verb = "approved" if args.allow else "denied"
-    return _act(args.run_id, action, f"{verb} {args.approval_id!r}")
+    """`openflow runs approve|deny ID APPROVAL [--reason] [--call ...]`: decide a tool batch."""
+    action = approval_action(args)
+    if action.decisions:
+        allowed = sum(1 for d in action.decisions if d.allow)
+        done = f"decided {args.approval_id!r} ({allowed} approved, "
+        done += f"{len(action.decisions) - allowed} denied, the rest "
+        done += ("approved" if action.allow else "denied") + ")"
+    else:
+        done = f"{'approved' if args.allow else 'denied'} {args.approval_id!r}"
+    return _act(args.run_id, action, done)
 
 
 def cmd_runs_retry(args: argparse.Namespace) -> int:

@@ -7,10 +7,17 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import CallableAgent, Workflow
@@ -243,6 +250,16 @@ def _printable(value: str) -> bool:
     return not any(ord(ch) < 32 or ord(ch) == 127 for ch in value)
 
 
+def _name(value: str) -> str:
+    if not value.strip() or not _printable(value):
+        raise ValueError("give a name of printable characters, or leave it out")
+    return value
+
+
+#: Who decided an approval: a person's name, the CLI's `--by`, the API's tenant.
+DecidedBy = Annotated[str, Field(max_length=MAX_BY_CHARS), AfterValidator(_name)]
+
+
 class CallDecision(_Model):
     """One call's decision in an approval: allowed (with edited `arguments`) or denied."""
 
@@ -284,6 +301,15 @@ class ToolGrant(_Model):
         return value
 
 
+def check_decisions(decisions: list[CallDecision]) -> None:
+    """Raise ValueError when a call is decided twice."""
+    seen: set[str] = set()
+    for decision in decisions:
+        if decision.call_id in seen:
+            raise ValueError(f"decisions: call {decision.call_id!r} is decided twice")
+        seen.add(decision.call_id)
+
+
 class Action(_Model):
     """One human action, as the `act` update and the signals carry it (CONTRACT 7 and 8).
 
@@ -301,25 +327,14 @@ class Action(_Model):
     message: str | None = None
     decisions: list[CallDecision] = Field(default_factory=list)
     remember: ToolGrant | None = None
-    by: str | None = Field(default=None, max_length=MAX_BY_CHARS)
-
-    @field_validator("by")
-    @classmethod
-    def _by(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or not _printable(value)):
-            raise ValueError("give a name of printable characters, or leave it out")
-        return value
+    by: DecidedBy | None = None
 
     @model_validator(mode="after")
     def _approval_fields(self) -> Action:
         if self.kind != "approval" and (self.decisions or self.remember is not None):
             field = "decisions" if self.decisions else "remember"
             raise ValueError(f"{field}: only an approval carries it")
-        seen: set[str] = set()
-        for decision in self.decisions:
-            if decision.call_id in seen:
-                raise ValueError(f"decisions: call {decision.call_id!r} is decided twice")
-            seen.add(decision.call_id)
+        check_decisions(self.decisions)
         return self
 
     def decision_for(self, call_id: str) -> tuple[bool | None, str | None]:
@@ -351,6 +366,8 @@ __all__ = [
     "ACTIVITY_TOOL_BATCH",
     "Action",
     "CallDecision",
+    "DecidedBy",
+    "check_decisions",
     "MAX_BY_CHARS",
     "ToolGrant",
     "EventsQuery",

@@ -11,7 +11,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from openflow.contracts import MAX_BY_CHARS, Action, CallDecision, ToolGrant
+from openflow.contracts import (
+    MAX_BY_CHARS,
+    Action,
+    CallDecision,
+    DecidedBy,
+    ToolGrant,
+    check_decisions,
+)
 from openflow.engine.spec import Workflow
 from openflow.engine.transcript import ToolCall
 
@@ -84,14 +91,13 @@ class ApprovalBody(_Body):
     remember: ToolGrant | None = Field(
         default=None, description="Approve later calls of a tool, under a path, for the run"
     )
-    by: str | None = Field(
-        default=None, max_length=MAX_BY_CHARS, description="Who decided; the caller's tenant"
-    )
+    by: DecidedBy | None = Field(default=None, description="Who decided; the caller's tenant")
 
     @model_validator(mode="after")
     def _decides(self) -> ApprovalBody:
         if self.allow is None and not self.decisions:
             raise ValueError("give 'allow' for the whole batch or 'decisions' for its calls")
+        check_decisions(self.decisions)
         return self
 
     def action(self, approval_id: str, tenant: str = "") -> Action:

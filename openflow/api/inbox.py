@@ -86,6 +86,13 @@ async def _items_of_run(
     return pending_items(state, base, start_ms, awaiting)
 
 
+def _per_call(approval: dict[str, Any]) -> dict[str, Any]:
+    """A body deciding each call of the batch, every call allowed: flip, edit, add reasons."""
+    calls = approval.get("toolCalls") or [approval.get("toolCall") or {}]
+    decisions = [{"call_id": str(call.get("id", "")), "allow": True} for call in calls]
+    return {"decisions": decisions}
+
+
 def pending_items(
     state: dict[str, Any],
     base: dict[str, str],
@@ -121,6 +128,7 @@ def pending_items(
                 actions=[
                     InboxAction(label="approve", path=path, body={"allow": True}),
                     InboxAction(label="deny", path=path, body={"allow": False, "reason": ""}),
+                    InboxAction(label="decide", path=path, body=_per_call(approval)),
                 ],
             )
         )

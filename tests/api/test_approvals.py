@@ -97,6 +97,16 @@ async def test_decisions_that_agree_decide_the_batch_and_by_defaults_to_the_tena
     first = await pending(api, run_id)
     assert [call["id"] for call in first["toolCalls"]] == ["c-a", "c-b"]
     path = f"/runs/{run_id}/approvals/{first['approvalId']}"
+
+    async def inbox_item() -> dict[str, Any] | None:
+        return next((i for i in (await api.get("/inbox")).json() if i["run_id"] == run_id), None)
+
+    item = await wait_for(inbox_item)
+    decide = next(a for a in item["actions"] if a["label"] == "decide")
+    assert decide["path"] == path
+    assert decide["body"] == {
+        "decisions": [{"call_id": "c-a", "allow": True}, {"call_id": "c-b", "allow": True}]
+    }
     refused = [
         (
             {"decisions": [{"call_id": "c-a", "allow": True}, {"call_id": "c-b", "allow": False}]},

@@ -286,9 +286,9 @@ def cmd_runs_decide(args: argparse.Namespace) -> int:
     action = approval_action(args)
     if action.decisions:
         allowed = sum(1 for d in action.decisions if d.allow)
-        done = f"decided {args.approval_id!r} ({allowed} approved, "
-        done += f"{len(action.decisions) - allowed} denied, the rest "
-        done += ("approved" if action.allow else "denied") + ")"
+        rest = "approved" if action.allow else "denied"
+        done = f"decided {args.approval_id!r}: {allowed} approved, "
+        done += f"{len(action.decisions) - allowed} denied by call, any other call {rest}"
     else:
         done = f"{'approved' if args.allow else 'denied'} {args.approval_id!r}"
     return _act(args.run_id, action, done)

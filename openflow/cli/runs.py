@@ -38,6 +38,7 @@ from openflow.cli.follow import (
     Follower,
     FollowOutcome,
     answer_hint,
+    call_summary,
     describe_pause,
     file_live_source,
     find_pauses,
@@ -240,6 +241,9 @@ def _print_run(run_id: str, state: dict[str, Any], events: list[dict[str, Any]])
         print("waiting for")
         for pause in pauses:
             print(f"  {describe_pause(pause)}")
+            if pause.kind == "approval" and len(pause.calls) > 1:
+                for call in pause.calls:
+                    print(f"    call {call.get('id', '?')}: {call_summary(call)}")
             print(f"    answer: {answer_hint(run_id, pause)}")
 
 

@@ -103,6 +103,9 @@ async def test_calls_denied_one_by_one_through_the_cli(
     assert started.code == 0, started.stderr
     state = await wait_state(runs, "run-calls", lambda s: s["pendingApprovals"])
     batch = state["pendingApprovals"][0]["approvalId"]
+    shown = await openflow(openflow_env, "runs", "show", "run-calls")
+    assert "call c-a: write(path=a.txt, content=a)" in shown.stdout, shown.stdout
+    assert "call c-b: write(path=b.txt, content=b)" in shown.stdout, shown.stdout
 
     mixed = await openflow(
         openflow_env, "runs", "approve", "run-calls", batch, "--deny-call", "c-b=not b"

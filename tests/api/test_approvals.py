@@ -22,6 +22,7 @@ from tests.api.conftest import (
     wait_for_state,
     workflow_json,
 )
+from tests.workflows import conftest as replay
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -170,3 +171,5 @@ async def test_decisions_that_agree_decide_the_batch_and_by_defaults_to_the_tena
     workspace = openflow_home / "runs" / run_id / "workspace"
     assert sorted(p.name for p in workspace.glob("*.txt")) == ["c.txt", "d.txt"]
     assert await decided_by(client, run_id) == ["tenant-a", "Grace"]
+    # The ignored signal, the refused updates and both decisions replay under the sandbox.
+    await replay.replay_history(await handle.fetch_history())

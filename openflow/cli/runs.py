@@ -245,6 +245,9 @@ def _print_run(run_id: str, state: dict[str, Any], events: list[dict[str, Any]])
                 for call in pause.calls:
                     print(f"    call {call.get('id', '?')}: {call_summary(call)}")
             print(f"    answer: {answer_hint(run_id, pause)}")
+            if pause.kind == "approval" and len(pause.calls) > 1:
+                command = f"openflow runs approve {run_id} {pause.approval_id}"
+                print(f"    per call: {command} --deny-call CALL_ID=REASON (see --help)")
 
 
 def cmd_runs_events(args: argparse.Namespace) -> int:

@@ -104,8 +104,11 @@ async def test_calls_denied_one_by_one_through_the_cli(
     state = await wait_state(runs, "run-calls", lambda s: s["pendingApprovals"])
     batch = state["pendingApprovals"][0]["approvalId"]
     shown = await openflow(openflow_env, "runs", "show", "run-calls")
-    assert "call c-a: write(path=a.txt, content=a)" in shown.stdout, shown.stdout
-    assert "call c-b: write(path=b.txt, content=b)" in shown.stdout, shown.stdout
+    assert "call c-a: write(content=a, path=a.txt)" in shown.stdout, shown.stdout
+    assert "call c-b: write(content=b, path=b.txt)" in shown.stdout, shown.stdout
+    assert f"per call: openflow runs approve run-calls {batch} --deny-call CALL_ID=REASON" in (
+        shown.stdout
+    )
 
     mixed = await openflow(
         openflow_env, "runs", "approve", "run-calls", batch, "--deny-call", "c-b=not b"

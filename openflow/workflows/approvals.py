@@ -41,7 +41,8 @@ def approval_fact(
 
     if batch is None or not batch.requires_approval:
         # Nothing to decide: the engine's own check says so.
-        allow = action.allow if action.allow is not None else action.decisions[0].allow
+        first = action.decisions[0].allow if action.decisions else False
+        allow = action.allow if action.allow is not None else first
         return ApprovalDecided(approval_id=approval_id, allow=allow, reason=action.reason)
     call_ids = [call.id for call in batch.calls]
     unknown = sorted({d.call_id for d in action.decisions} - set(call_ids))
@@ -61,9 +62,9 @@ def approval_fact(
     edited = any(d.arguments is not None for d in action.decisions)
     if len(allows) > 1 or len(reasons) > 1 or edited or action.remember is not None:
         return malformed(WHOLE_BATCH_ONLY.format(approval=approval_id))
-    allow = allows.pop()
+    whole = allows.pop()
     reason = reasons.pop() if reasons else None
-    return ApprovalDecided(approval_id=approval_id, allow=bool(allow), reason=reason)
+    return ApprovalDecided(approval_id=approval_id, allow=bool(whole), reason=reason)
 
 
 __all__ = ["WHOLE_BATCH_ONLY", "approval_fact"]

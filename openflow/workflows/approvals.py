@@ -40,10 +40,8 @@ def approval_fact(
         return ActionMalformed(signal=source, action="approval", reason=reason, payload=payload)
 
     if batch is None or not batch.requires_approval:
-        # Nothing to decide: the engine's own check says so.
-        first = action.decisions[0].allow if action.decisions else False
-        allow = action.allow if action.allow is not None else first
-        return ApprovalDecided(approval_id=approval_id, allow=allow, reason=action.reason)
+        # The engine's own words for it; no batch decision is guessed from the calls'.
+        return malformed(f"no pending approval {approval_id!r}")
     call_ids = [call.id for call in batch.calls]
     unknown = sorted({d.call_id for d in action.decisions} - set(call_ids))
     if unknown:

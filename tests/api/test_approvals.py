@@ -131,6 +131,12 @@ async def test_decisions_that_agree_decide_the_batch_and_by_defaults_to_the_tena
         assert answer.status_code == 409, (body, answer.text)
         assert reason in answer.json()["error"]["message"], (body, answer.text)
 
+    elsewhere = await api.post(
+        f"/runs/{run_id}/approvals/nope", json={"decisions": [{"call_id": "c-a", "allow": True}]}
+    )
+    assert elsewhere.status_code == 409
+    assert "no pending approval 'nope'" in elsewhere.json()["error"]["message"]
+
     # A signal the worker cannot apply as one decision is recorded as ignored; nothing runs.
     handle = client.get_workflow_handle(run_id)
     mixed = {

@@ -20,6 +20,8 @@ from pydantic import ValidationError
 
 from openflow import contracts as c
 from openflow.cli.common import BadInput
+from openflow.engine.errors import LimitExceeded
+from openflow.engine.limits import check_message
 
 
 def approval_action(args: argparse.Namespace) -> c.Action:
@@ -46,6 +48,10 @@ def approval_action(args: argparse.Namespace) -> c.Action:
         decide(call_id, "--edit", allow=True, arguments=_arguments(call_id, text))
     for spec in args.deny_call:
         call_id, sep, reason = spec.partition("=")
+        try:
+            check_message(reason, "the reason")
+        except LimitExceeded as exc:
+            raise BadInput(f"--deny-call {call_id}: {exc}") from None
         decide(call_id, "--deny-call", allow=False, **({"reason": reason} if sep else {}))
     allow = args.allow and not args.call
     try:

@@ -86,6 +86,7 @@ async def test_bad_options_are_one_line_and_exit_2(
         (["--remember", ":docs/"], "--remember: give a tool name"),
         (["--by", "x" * 201], "--by: String should have at most 200 characters"),
         (["--by", "Ada\tL"], "--by: give a name of printable characters"),
+        (["--deny-call", "c1=" + "x" * 70_000], "--deny-call c1: the reason is"),
     ]
     for extra, expected in cases:
         code = await asyncio.to_thread(main, [*base, *extra])

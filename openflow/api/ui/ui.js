@@ -285,7 +285,7 @@ function approvalForm(item, card, result, send) {
   const tools = [...new Set(calls.map((c) => String(c.name ?? "tool")))];
   const remember = el("input", { type: "checkbox", name: "remember" });
   const rememberTool = el("select", { name: "remember-tool", "aria-label": "tool to remember" }, tools.map((t) => el("option", { value: t }, t)));
-  const rememberPrefix = el("input", { type: "text", name: "remember-prefix", placeholder: "only under this path (optional)", "aria-label": "path prefix" });
+  const rememberPrefix = el("input", { type: "text", name: "remember-prefix", placeholder: "path prefix (optional)", "aria-label": "path prefix" });
   card.append(el("div", { className: "remember" }, el("label", {}, remember, " Allow later calls of "), rememberTool, rememberPrefix, el("span", { className: "muted" }, " for the rest of this run")));
 
   const by = el("input", { type: "text", name: "by", placeholder: "Your name", "aria-label": "your name", maxlength: 200, value: localStorage.getItem(BY_KEY) || "" });

@@ -384,6 +384,8 @@ def check_action_texts(action: c.Action) -> None:
     check_message(action.text, "the answer" if action.kind == "input" else "the message")
     check_message(action.message, "the retry message")
     check_message(action.reason, "the reason")
+    for decision in action.decisions:
+        check_message(decision.reason, f"the reason for call {decision.call_id!r}")
 
 
 def action_from(kind: str, payload: Mapping[str, Any]) -> c.Action:

@@ -7,10 +7,17 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import CallableAgent, Workflow
@@ -239,8 +246,81 @@ class HandoffResult(_Model):
     error: str | None = None
 
 
+#: The longest `by` (who decided) an action may carry.
+MAX_BY_CHARS = 200
+
+
+def _printable(value: str) -> bool:
+    return not any(ord(ch) < 32 or ord(ch) == 127 for ch in value)
+
+
+def _name(value: str) -> str:
+    if not value.strip() or not _printable(value):
+        raise ValueError("give a name of printable characters, or leave it out")
+    return value
+
+
+#: Who decided an approval: a person's name, the CLI's `--by`, the API's tenant.
+DecidedBy = Annotated[str, Field(max_length=MAX_BY_CHARS), AfterValidator(_name)]
+
+
+class CallDecision(_Model):
+    """One call's decision in an approval: allowed (with edited `arguments`) or denied."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    call_id: str = Field(min_length=1, max_length=1000)
+    allow: bool
+    reason: str | None = None
+    #: The arguments an allowed call runs with instead of the model's.
+    arguments: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _edit_allowed_only(self) -> CallDecision:
+        if self.arguments is not None and not self.allow:
+            raise ValueError("arguments: only an allowed call can be edited")
+        return self
+
+
+class ToolGrant(_Model):
+    """Approve later calls of `tool` (under `path_prefix` when given) for the rest of the run."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    tool: str = Field(min_length=1, max_length=200)
+    path_prefix: str | None = Field(default=None, max_length=4096)
+
+    @field_validator("tool")
+    @classmethod
+    def _tool_name(cls, value: str) -> str:
+        if not value.strip() or not _printable(value):
+            raise ValueError("give a tool name of printable characters")
+        return value
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _prefix(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or not _printable(value)):
+            raise ValueError("give a path prefix of printable characters, or leave it out")
+        return value
+
+
+def check_decisions(decisions: list[CallDecision]) -> None:
+    """Raise ValueError when a call is decided twice."""
+    seen: set[str] = set()
+    for decision in decisions:
+        if decision.call_id in seen:
+            raise ValueError(f"decisions: call {decision.call_id!r} is decided twice")
+        seen.add(decision.call_id)
+
+
 class Action(_Model):
-    """One human action, as the `act` update and the signals carry it (CONTRACT 7)."""
+    """One human action, as the `act` update and the signals carry it (CONTRACT 7 and 8).
+
+    An approval decides its whole batch with `allow` (and `reason` for a denial); `decisions`
+    decide calls one by one, `allow` then deciding the calls they leave out. `remember`
+    grants later calls of a tool; `by` says who decided.
+    """
 
     kind: Literal["input", "approval", "retry", "message"]
     node_id: str | None = None
@@ -249,6 +329,24 @@ class Action(_Model):
     allow: bool | None = None
     reason: str | None = None
     message: str | None = None
+    decisions: list[CallDecision] = Field(default_factory=list)
+    remember: ToolGrant | None = None
+    by: DecidedBy | None = None
+
+    @model_validator(mode="after")
+    def _approval_fields(self) -> Action:
+        if self.kind != "approval" and (self.decisions or self.remember is not None):
+            field = "decisions" if self.decisions else "remember"
+            raise ValueError(f"{field}: only an approval carries it")
+        check_decisions(self.decisions)
+        return self
+
+    def decision_for(self, call_id: str) -> tuple[bool | None, str | None]:
+        """Whether the call is allowed (None: undecided) and the reason of a denial."""
+        for decision in self.decisions:
+            if decision.call_id == call_id:
+                return decision.allow, decision.reason if decision.reason else self.reason
+        return self.allow, self.reason
 
 
 class EventsQuery(_Model):
@@ -271,6 +369,11 @@ __all__ = [
     "ACTIVITY_PREPARE",
     "ACTIVITY_TOOL_BATCH",
     "Action",
+    "CallDecision",
+    "DecidedBy",
+    "check_decisions",
+    "MAX_BY_CHARS",
+    "ToolGrant",
     "EventsQuery",
     "HandoffInput",
     "HandoffResult",

@@ -36,6 +36,7 @@ from openflow.client import (
     parse_state,
 )
 from openflow.engine import WorkflowRunState
+from openflow.engine.events import PendingToolApproval
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,11 @@ async def _items_of_run(
     return pending_items(state, base, start_ms, awaiting)
 
 
+def _per_call(approval: PendingToolApproval) -> dict[str, Any]:
+    """A body deciding each call of the batch, every call allowed: flip, edit, add reasons."""
+    return {"decisions": [{"call_id": call.id, "allow": True} for call in approval.batch_calls()]}
+
+
 def pending_items(
     state: WorkflowRunState,
     base: dict[str, str],
@@ -133,6 +139,7 @@ def pending_items(
                 actions=[
                     InboxAction(label="approve", path=path, body={"allow": True}),
                     InboxAction(label="deny", path=path, body={"allow": False, "reason": ""}),
+                    InboxAction(label="decide", path=path, body=_per_call(approval)),
                 ],
             )
         )

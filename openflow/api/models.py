@@ -11,7 +11,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from openflow.contracts import Action
+from openflow.contracts import (
+    MAX_BY_CHARS,
+    Action,
+    CallDecision,
+    DecidedBy,
+    ToolGrant,
+    check_decisions,
+)
 from openflow.engine.spec import Workflow
 from openflow.engine.transcript import ToolCall
 
@@ -71,14 +78,38 @@ class InputBody(_Body):
 
 
 class ApprovalBody(_Body):
-    """A person's decision on a pending tool approval."""
+    """A person's decision on a pending tool approval: the whole batch, or call by call.
 
-    allow: bool
-    reason: str | None = None
+    `allow` decides every call `decisions` leaves out; give one or both.
+    """
 
-    def action(self, approval_id: str) -> Action:
+    allow: bool | None = Field(default=None, description="The decision for every call left out")
+    reason: str | None = Field(default=None, description="Why the calls left out are denied")
+    decisions: list[CallDecision] = Field(
+        default_factory=list, description="One call's decision each (`arguments` edit the call)"
+    )
+    remember: ToolGrant | None = Field(
+        default=None, description="Approve later calls of a tool, under a path, for the run"
+    )
+    by: DecidedBy | None = Field(default=None, description="Who decided; the caller's tenant")
+
+    @model_validator(mode="after")
+    def _decides(self) -> ApprovalBody:
+        if self.allow is None and not self.decisions:
+            raise ValueError("give 'allow' for the whole batch or 'decisions' for its calls")
+        check_decisions(self.decisions)
+        return self
+
+    def action(self, approval_id: str, tenant: str = "") -> Action:
+        """The `act` action; `by` is the tenant when the body leaves it out."""
         return Action(
-            kind="approval", approval_id=approval_id, allow=self.allow, reason=self.reason
+            kind="approval",
+            approval_id=approval_id,
+            allow=self.allow,
+            reason=self.reason,
+            decisions=self.decisions,
+            remember=self.remember,
+            by=self.by if self.by is not None else tenant[:MAX_BY_CHARS] or None,
         )
 
 

@@ -203,9 +203,12 @@ async def decide_approval(
     approval_id: Annotated[str, Path(min_length=1, max_length=1000)],
     body: ApprovalBody,
     runs: RunsDep,
+    tenant: TenantDep,
 ) -> ActionResult:
-    """Allow or deny a pending tool approval."""
-    return await _act(runs, run_id, body.action(approval_id))
+    """Allow or deny a pending tool approval, as a whole or call by call.
+
+    `by` is the caller's tenant when the body leaves it out."""
+    return await _act(runs, run_id, body.action(approval_id, tenant))
 
 
 @router.post("/{run_id}/retry", response_model=ActionResult, responses=_ACT_ERRORS)

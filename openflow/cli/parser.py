@@ -185,10 +185,21 @@ def _add_runs_actions(actions: Any) -> None:
     give.set_defaults(handler=cmd_runs_input)
 
     for name, allow in (("approve", True), ("deny", False)):
-        decide = actions.add_parser(name, help=f"{name} a pending tool batch")
+        decide = actions.add_parser(
+            name,
+            help=f"{name} a pending tool batch, or some of its calls",
+            description=f"{name.capitalize()} every call of a pending tool batch, or decide "
+            "its calls one by one: the calls no option names are "
+            + (
+                "approved (denied when --call is given)."
+                if allow
+                else "denied, with --reason as the model sees it."
+            ),
+        )
         decide.add_argument("run_id", metavar="ID")
         decide.add_argument("approval_id", metavar="APPROVAL")
-        decide.add_argument("--reason", metavar="TEXT")
+        decide.add_argument("--reason", metavar="TEXT", help="why denied calls are denied")
+        _add_call_options(decide)
         decide.set_defaults(handler=cmd_runs_decide, allow=allow)
 
     retry = actions.add_parser("retry", help="retry a failed or interrupted node")
@@ -210,6 +221,38 @@ def _add_runs_actions(actions: Any) -> None:
     resume = actions.add_parser("resume", help="continue a stopped, paused or failed run")
     resume.add_argument("run_id", metavar="ID")
     resume.set_defaults(handler=cmd_runs_resume)
+
+
+def _add_call_options(decide: argparse.ArgumentParser) -> None:
+    """The per-call options of `runs approve` and `runs deny` (see `cli.approvals`)."""
+    decide.add_argument(
+        "--call",
+        action="append",
+        default=[],
+        metavar="CALL_ID",
+        help="approve this call (repeatable); with approve, the calls not given are denied",
+    )
+    decide.add_argument(
+        "--deny-call",
+        action="append",
+        default=[],
+        metavar="CALL_ID[=REASON]",
+        help="deny this call, with its own reason after '=' (repeatable)",
+    )
+    decide.add_argument(
+        "--edit",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("CALL_ID", "JSON"),
+        help="approve this call with these arguments instead (a JSON object; repeatable)",
+    )
+    decide.add_argument(
+        "--remember",
+        metavar="TOOL[:PATH_PREFIX]",
+        help="approve later calls of TOOL (under PATH_PREFIX) for the rest of the run",
+    )
+    decide.add_argument("--by", metavar="NAME", help="who decides, as events and the trace show")
 
 
 def check_environment() -> None:

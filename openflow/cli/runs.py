@@ -16,6 +16,7 @@ from temporalio.client import (
 
 from openflow import contracts as c
 from openflow.backends import open_backends
+from openflow.cli.approvals import approval_action
 from openflow.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -36,6 +37,7 @@ from openflow.cli.follow import (
     Follower,
     FollowOutcome,
     answer_hint,
+    call_summary,
     describe_pause,
     file_live_source,
     find_pauses,
@@ -240,7 +242,13 @@ def _print_run(run_id: str, state: WorkflowRunState, events: list[RunEvent]) -> 
         print("waiting for")
         for pause in pauses:
             print(f"  {describe_pause(pause)}")
+            if pause.kind == "approval" and len(pause.calls) > 1:
+                for call in pause.calls:
+                    print(f"    call {call.id}: {call_summary(call)}")
             print(f"    answer: {answer_hint(run_id, pause)}")
+            if pause.kind == "approval" and len(pause.calls) > 1:
+                command = f"openflow runs approve {run_id} {pause.approval_id}"
+                print(f"    per call: {command} --deny-call CALL_ID=REASON (see --help)")
 
 
 def cmd_runs_events(args: argparse.Namespace) -> int:
@@ -282,12 +290,16 @@ def cmd_runs_input(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_decide(args: argparse.Namespace) -> int:
-    """`openflow runs approve|deny ID APPROVAL [--reason]`: decide a pending tool batch."""
-    action = c.Action(
-        kind="approval", approval_id=args.approval_id, allow=args.allow, reason=args.reason
-    )
-    verb = "approved" if args.allow else "denied"
-    return _act(args.run_id, action, f"{verb} {args.approval_id!r}")
+    """`openflow runs approve|deny ID APPROVAL [--reason] [--call ...]`: decide a tool batch."""
+    action = approval_action(args)
+    if action.decisions:
+        allowed = sum(1 for d in action.decisions if d.allow)
+        rest = "approved" if action.allow else "denied"
+        done = f"decided {args.approval_id!r}: {allowed} approved, "
+        done += f"{len(action.decisions) - allowed} denied by call, any other call {rest}"
+    else:
+        done = f"{'approved' if args.allow else 'denied'} {args.approval_id!r}"
+    return _act(args.run_id, action, done)
 
 
 def cmd_runs_retry(args: argparse.Namespace) -> int:

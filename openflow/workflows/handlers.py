@@ -50,7 +50,9 @@ class _Spec:
 
 SIGNALS: dict[str, _Spec] = {
     c.SIGNAL_INPUT: _Spec("input", ("node_id", "text"), ()),
-    c.SIGNAL_APPROVAL: _Spec("approval", ("approval_id", "allow"), ("reason",)),
+    c.SIGNAL_APPROVAL: _Spec(
+        "approval", ("approval_id", "allow"), ("reason", "decisions", "remember", "by")
+    ),
     c.SIGNAL_RETRY: _Spec("retry", ("node_id",), ("message",)),
     c.SIGNAL_MESSAGE: _Spec("message", ("node_id", "text"), ()),
 }
@@ -99,8 +101,9 @@ def _errors(exc: ValidationError) -> str:
     """A validation error's first problems, with field names and no input values."""
     parts = []
     for error in exc.errors(include_input=False, include_url=False)[:3]:
-        where = ".".join(str(p) for p in error["loc"]) or "payload"
-        parts.append(f"{where}: {error['msg']}")
+        msg = error["msg"].removeprefix("Value error, ")
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{where}: {msg}" if where else msg)
     return "; ".join(parts)
 
 
@@ -116,6 +119,14 @@ def _one_object(args: tuple[Any, ...], what: str, shape: str) -> dict[str, Any]:
     return payload
 
 
+def _missing(action: c.Action, required: tuple[str, ...]) -> list[str]:
+    """The required fields the action leaves out; per-call decisions stand in for `allow`."""
+    missing = [k for k in required if getattr(action, k) is None]
+    if action.kind == "approval" and action.decisions:
+        missing = [k for k in missing if k != "allow"]
+    return missing
+
+
 def read_signal(name: str, args: tuple[Any, ...]) -> c.Action:
     """The action a signal carries; `Malformed` says why there is none."""
     spec = SIGNALS[name]
@@ -125,7 +136,7 @@ def read_signal(name: str, args: tuple[Any, ...]) -> c.Action:
         action = c.Action(kind=spec.kind, **fields)
     except ValidationError as exc:
         raise Malformed(_errors(exc), describe(payload)) from None
-    missing = [k for k in spec.required if getattr(action, k) is None]
+    missing = _missing(action, spec.required)
     if missing:
         reason = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} required"
         raise Malformed(f"{name}: {reason}", describe(payload), legacy=action)
@@ -144,7 +155,7 @@ def read_act(args: tuple[Any, ...]) -> c.Action:
         raise Malformed(_errors(exc), describe(payload)) from None
     spec = ACTS.get(action.kind)
     required = spec.required if spec is not None else ()
-    missing = [k for k in required if getattr(action, k) is None]
+    missing = _missing(action, required)
     if missing:
         raise Malformed(f"an {action.kind} action needs {', '.join(missing)}", describe(payload))
     return action

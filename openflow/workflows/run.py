@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         WriteHandoff,
     )
     from openflow.engine.transcript import ToolCall
+    from openflow.workflows.approvals import approval_fact
     from openflow.workflows.handlers import (
         Malformed,
         action_signal,
@@ -109,13 +110,13 @@ class EngineFault(ApplicationError):
     """A bug in engine or workflow code: fails the run instead of retrying the task forever."""
 
 
-def _action_fact(action: c.Action) -> InputGiven | ApprovalDecided | RetryRequested | MessageSent:
+def _action_fact(
+    action: c.Action, snapshot: RunSnapshot | None = None, source: str = c.UPDATE_ACT
+) -> InputGiven | ApprovalDecided | ActionMalformed | RetryRequested | MessageSent:
     if action.kind == "input":
         return InputGiven(node_id=action.node_id or "", text=action.text or "")
     if action.kind == "approval":
-        return ApprovalDecided(
-            approval_id=action.approval_id or "", allow=bool(action.allow), reason=action.reason
-        )
+        return approval_fact(action, snapshot, source)
     if action.kind == "retry":
         return RetryRequested(node_id=action.node_id or "", message=action.message)
     return MessageSent(node_id=action.node_id or "", text=action.text or "")
@@ -702,9 +703,11 @@ class OpenFlowRun:
 
     # --- people -------------------------------------------------------------------------
 
-    def _receive(self, action: c.Action) -> None:
-        self._received += 1
-        self._facts.append(_action_fact(action))
+    def _receive(self, action: c.Action, source: str = c.UPDATE_ACT) -> None:
+        fact = _action_fact(action, self._snapshot, source)
+        if not isinstance(fact, ActionMalformed):
+            self._received += 1
+        self._facts.append(fact)
 
     def _ignore(self, fact: ActionMalformed) -> None:
         """A signal that did not parse: the engine records it, and nothing else changes."""
@@ -719,7 +722,7 @@ class OpenFlowRun:
 
     @action_signal(c.SIGNAL_APPROVAL)
     def submit_tool_approval(self, action: c.Action) -> None:
-        self._receive(action)
+        self._receive(action, c.SIGNAL_APPROVAL)
 
     @action_signal(c.SIGNAL_RETRY)
     def retry_node(self, action: c.Action) -> None:
@@ -746,7 +749,10 @@ class OpenFlowRun:
             raise ValueError(bad.reason) from None
         if self._snapshot is None:
             raise ValueError("the run is still starting; try again in a moment")
-        reason = engine.check(self._snapshot, _action_fact(action))
+        fact = _action_fact(action, self._snapshot)
+        if isinstance(fact, ActionMalformed):
+            raise ValueError(fact.reason)
+        reason = engine.check(self._snapshot, fact)
         if reason is not None:
             raise ValueError(reason)
 

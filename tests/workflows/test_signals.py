@@ -181,7 +181,7 @@ async def test_malformed_signals_are_ignored_with_reasons_and_the_run_completes(
         reasons
     )
     assert (
-        "submit_tool_approval takes one JSON object {approval_id, allow, reason?}; "
+        "submit_tool_approval takes one JSON object {approval_id, allow, reason?, decisions?, remember?, by?}; "
         "it came with 2 arguments"
     ) in reasons
     assert "submit_user_input: text is required" in reasons

@@ -259,17 +259,7 @@ function actionCard(item, onDone) {
     } }, fields, text, el("div", { className: "buttons" }, el("button", { type: "submit", name: "answer-submit" }, "Send answer")));
     card.append(form);
   } else if (item.kind === "approval") {
-    const calls = item.tool_calls && item.tool_calls.length ? item.tool_calls : [item.tool_call].filter(Boolean);
-    for (const call of calls) {
-      card.append(el("div", { className: "tool" }, el("code", { className: "tool-name" }, String(call.name ?? call.toolName ?? "tool")),
-        item.tier ? el("span", { className: "muted" }, ` (${item.tier})`) : "",
-        folded(pretty(call.arguments ?? call.args ?? call.input ?? {}), "arguments")));
-    }
-    const reason = el("input", { type: "text", name: "reason", placeholder: "Reason (shown to the model when denied)", "aria-label": "reason" });
-    const path = `/runs/${run}/approvals/${encodeURIComponent(item.approval_id)}`;
-    card.append(el("div", { className: "buttons" }, reason,
-      el("button", { type: "button", name: "approve", className: "good", onclick: () => send(path, { allow: true, reason: reason.value || null }, "approved") }, "Approve"),
-      el("button", { type: "button", name: "deny", className: "bad", onclick: () => send(path, { allow: false, reason: reason.value || null }, "denied") }, "Deny")));
+    approvalForm(item, card, result, send);
   } else if (item.kind === "retry") {
     if (item.error) card.append(folded(item.error, "error"));
     const message = el("input", { type: "text", name: "message", placeholder: "Message for the retry (optional)", "aria-label": "retry message" });
@@ -279,6 +269,102 @@ function actionCard(item, onDone) {
   card.append(result);
   card.addEventListener("input", () => { card.dataset.dirty = "1"; });
   return card;
+}
+
+// An approval: the whole batch at once, or each call on its own (allowed, denied with its own
+// reason, or allowed with edited arguments), an optional "remember" grant and who decides.
+const BY_KEY = "openflow.by";
+
+function approvalForm(item, card, result, send) {
+  const run = encodeURIComponent(item.run_id);
+  const path = `/runs/${run}/approvals/${encodeURIComponent(item.approval_id)}`;
+  const calls = item.tool_calls && item.tool_calls.length ? item.tool_calls : [item.tool_call].filter(Boolean);
+  const rows = calls.map((call, n) => callRow(call, n, item.tier));
+  for (const row of rows) card.append(row.node);
+
+  const tools = [...new Set(calls.map((c) => String(c.name ?? "tool")))];
+  const remember = el("input", { type: "checkbox", name: "remember" });
+  const rememberTool = el("select", { name: "remember-tool", "aria-label": "tool to remember" }, tools.map((t) => el("option", { value: t }, t)));
+  const rememberPrefix = el("input", { type: "text", name: "remember-prefix", placeholder: "path prefix (optional)", "aria-label": "path prefix" });
+  card.append(el("div", { className: "remember" }, el("label", {}, remember, " Allow later calls of "), rememberTool, rememberPrefix, el("span", { className: "muted" }, " for the rest of this run")));
+
+  const by = el("input", { type: "text", name: "by", placeholder: "Your name", "aria-label": "your name", maxlength: 200, value: localStorage.getItem(BY_KEY) || "" });
+  const reason = el("input", { type: "text", name: "reason", placeholder: "Reason (shown to the model when denied)", "aria-label": "reason" });
+
+  function common(json) {
+    const name = by.value.trim();
+    if (name) { localStorage.setItem(BY_KEY, name); json.by = name; }
+    if (remember.checked) {
+      json.remember = { tool: rememberTool.value };
+      if (rememberPrefix.value.trim()) json.remember.path_prefix = rememberPrefix.value.trim();
+    }
+    return json;
+  }
+  function whole(allow) {
+    send(path, common({ allow, reason: reason.value || null }), allow ? "approved" : "denied");
+  }
+  function perCall() {
+    const decisions = [];
+    for (const row of rows) {
+      const decision = row.decision();
+      if (typeof decision === "string") { notice(result, decision, "error"); return; }
+      decisions.push(decision);
+    }
+    const allowed = decisions.filter((d) => d.allow).length;
+    send(path, common({ decisions }), `${allowed} of ${decisions.length} calls approved`);
+  }
+  card.append(el("div", { className: "buttons" }, by, reason,
+    el("button", { type: "button", name: "approve", className: "good", onclick: () => whole(true) }, "Approve all"),
+    el("button", { type: "button", name: "deny", className: "bad", onclick: () => whole(false) }, "Deny all"),
+    el("button", { type: "button", name: "decide", onclick: perCall }, "Send each call's decision")));
+}
+
+function callRow(call, n, tier) {
+  const id = String(call.id ?? "");
+  const group = `call-${n}-${Math.random().toString(36).slice(2)}`;
+  const args = call.arguments ?? {};
+  const original = JSON.stringify(args);
+  const allow = el("input", { type: "radio", name: group, value: "allow", "data-choice": "allow", checked: true });
+  const deny = el("input", { type: "radio", name: group, value: "deny", "data-choice": "deny" });
+  const reason = el("input", { type: "text", name: "call-reason", placeholder: "Why this call is denied (the model sees it)", "aria-label": `reason for ${id}` });
+  const edit = el("textarea", { name: "call-arguments", rows: 4, spellcheck: "false", "aria-label": `arguments of ${id}` });
+  edit.value = pretty(args);
+  const error = el("span", { className: "call-error" });
+  const sync = () => { reason.hidden = !deny.checked; edit.disabled = deny.checked; };
+  allow.addEventListener("change", sync);
+  deny.addEventListener("change", sync);
+  sync();
+  edit.addEventListener("input", () => { error.textContent = parsedArguments(edit.value) === null ? "not a JSON object" : ""; });
+  const node = el("div", { className: "tool call", "data-call-id": id },
+    el("div", { className: "call-head" }, el("code", { className: "tool-name" }, String(call.name ?? "tool")),
+      tier ? el("span", { className: "muted" }, ` (${tier})`) : "", " ", el("span", { className: "muted call-id" }, id),
+      el("label", { className: "choice" }, allow, " allow"), el("label", { className: "choice" }, deny, " deny")),
+    folded(pretty(args), "arguments"),
+    el("details", { className: "edit" }, el("summary", {}, "Edit the arguments"), edit, error),
+    reason);
+
+  function decision() {
+    if (deny.checked) {
+      const out = { call_id: id, allow: false };
+      if (reason.value.trim()) out.reason = reason.value.trim();
+      return out;
+    }
+    const parsed = parsedArguments(edit.value);
+    if (parsed === null) return `The arguments of ${id} are not a JSON object; fix them or undo the edit.`;
+    const out = { call_id: id, allow: true };
+    if (JSON.stringify(parsed) !== original) out.arguments = parsed;
+    return out;
+  }
+  return { node, decision };
+}
+
+function parsedArguments(text) {
+  try {
+    const value = JSON.parse(text);
+    return value && typeof value === "object" && !Array.isArray(value) ? value : null;
+  } catch (e) {
+    return null;
+  }
 }
 
 function syncCards(container, items, onDone, empty) {

@@ -21,10 +21,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from openflow.activities.run_activities import RunActivities
 from openflow.activities.store import RunStore
 from openflow.activities.tools.confine import announce as announce_confinement
+from openflow.activities.webhooks import WebhookActivities
 from openflow.backends import open_backends
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
-from openflow.settings import SettingsError, load_settings, parse_switch
+from openflow.settings import SettingsError, check_webhooks, load_settings, parse_switch
+from openflow.workflows.notices import OpenFlowNotice
 from openflow.workflows.run import EngineFault, OpenFlowRun
 
 #: Bugs in engine or workflow code fail the run visibly instead of retrying its task forever.
@@ -161,6 +163,7 @@ def build_worker(
     sandboxed: bool | None = None,
 ) -> Worker:
     """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds."""
+    check_webhooks(home)  # a bad webhooks entry stops the worker here, in one line
     acts = activities or make_activities(home)
     announce_confinement()
     _freeze_loaded()
@@ -168,8 +171,8 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[OpenFlowRun],
-        activities=acts.all(),
+        workflows=[OpenFlowRun, OpenFlowNotice],
+        activities=[*acts.all(), *WebhookActivities(home).all()],
         workflow_runner=workflow_runner(sandboxed),
         workflow_failure_exception_types=FAILURE_TYPES,
         max_concurrent_activities=max_concurrent_activities,

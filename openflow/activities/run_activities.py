@@ -29,6 +29,7 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
 from openflow.activities.spans import elapsed_ms, model_span, record_failure, record_reply
 from openflow.activities.store import KeyNotFound, RunStore
+from openflow.activities.webhooks import webhook_refs
 from openflow.engine.advance import reply_items
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.engine.limits import schema_limit_problem
@@ -241,6 +242,7 @@ class RunActivities:
             warnings=warnings,
             agents=self._callable_agents(wf),
             read_tools=read_tools,
+            webhooks=webhook_refs(settings.webhooks),
         )
 
     def _settle(

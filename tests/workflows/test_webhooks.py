@@ -10,8 +10,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import os
-import sys
 import threading
 import time
 import uuid
@@ -24,6 +22,7 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from openflow.cli import main
 from openflow.contracts import Action
 from openflow.server import free_port
 from openflow.settings import SettingsError, parse_settings
@@ -254,23 +253,14 @@ async def test_a_webhook_gets_only_the_events_it_asked_for(
 
 
 async def test_a_bad_webhook_entry_stops_the_worker_and_the_api(
-    client: Client, task_queue: str, openflow_home: Path
+    client: Client, task_queue: str, openflow_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     add_webhooks(openflow_home, [{"url": "https://ok.example.com/h"}, {"url": "ftp://x/y"}])
     with pytest.raises(SettingsError, match=r"webhooks\[1\] \"url\" is not an http\(s\) URL"):
         build_worker(client, task_queue, openflow_home)
     add_webhooks(openflow_home, [{"url": "https://ok.example.com/h", "events": ["done"]}])
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    api = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "openflow.cli", "api", "--port", str(free_port())),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    _, err = await asyncio.wait_for(api.communicate(), 60)
-    assert api.returncode == 2
-    assert err.decode().strip().splitlines() == [
+    assert main(["api", "--port", str(free_port())]) == 2
+    assert capsys.readouterr().err.splitlines() == [
         "settings.json webhooks[0] has an unknown event 'done'; give any of "
         "paused, completed, failed, stopped"
     ]

@@ -35,20 +35,8 @@ QUESTION_CHARS = 2_000
 PauseKey = tuple[str, str]
 
 
-def pause_keys(plan: Plan) -> frozenset[PauseKey]:
-    """Each thing the plan waits on from a person, as (kind, id)."""
-    awaiting = plan.awaiting
-    return frozenset(
-        [
-            *(("input", n) for n in awaiting.inputs),
-            *(("approval", b) for b in awaiting.approvals),
-            *(("retry", n) for n in awaiting.retryables),
-        ]
-    )
-
-
-def snapshot_pause_keys(snapshot: RunSnapshot) -> frozenset[PauseKey]:
-    """What a snapshot waits on from a person, as `pause_keys` gives it for a plan."""
+def pause_keys(snapshot: RunSnapshot) -> frozenset[PauseKey]:
+    """Each thing the run waits on from a person, as (kind, id): what a plan's `awaiting` says."""
     nodes = snapshot.nodes.items()
     return frozenset(
         [
@@ -145,6 +133,5 @@ __all__ = [
     "OpenFlowNotice",
     "pause_keys",
     "pending_pauses",
-    "snapshot_pause_keys",
     "subscribers",
 ]

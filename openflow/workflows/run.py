@@ -248,7 +248,7 @@ class OpenFlowRun:
                 self._snapshot = inp.snapshot
                 self._status = inp.snapshot.status
                 # What the execution before told of already.
-                self._paused = notices.snapshot_pause_keys(inp.snapshot)
+                self._paused = notices.pause_keys(inp.snapshot)
         self._apply(plan, list(inp.pending_intents))
         while not self._finished():
             try:
@@ -358,7 +358,7 @@ class OpenFlowRun:
             event: c.WebhookEvent = plan.status  # type: ignore[assignment]
             awaiting: list[c.PendingPause] = []
         else:
-            keys, self._paused = self._paused, notices.pause_keys(plan)
+            keys, self._paused = self._paused, notices.pause_keys(plan.snapshot)
             if not self._paused - keys:
                 return
             event, awaiting = "paused", notices.pending_pauses(plan, self._projection())

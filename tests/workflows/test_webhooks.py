@@ -20,13 +20,15 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from temporalio import workflow
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from openflow.cli import main
 from openflow.contracts import Action
 from openflow.server import free_port
-from openflow.settings import SettingsError, parse_settings
+from openflow.settings import SettingsError, parse_settings, runtime_settings
 from openflow.worker import build_worker
+from openflow.workflows import run as run_module
 from tests.workflows.conftest import Harness, make_workflow, node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -281,3 +283,58 @@ async def test_bad_webhook_entries_are_named(entry: Any, problem: str) -> None:
         parse_settings({"webhooks": [entry]})
     assert problem in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+async def test_a_stopped_run_tells_of_it(harness: Harness, receiver: Receiver) -> None:
+    harness.script({"ask": [{"ask": "Go on?"}, {"submit": {"summary": "done"}}]})
+    add_webhooks(harness.home, [{"url": receiver.url, "events": ["stopped"], "secret": SECRET}])
+    run_id = await harness.start(asking_workflow())
+    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.handle(run_id).cancel()
+    assert (await harness.result(run_id)).status == "stopped"
+    [(headers, body)] = await receiver.wait_for(1)
+    assert verified(headers, body)
+    assert json.loads(body)["event"] == json.loads(body)["status"] == "stopped"
+
+
+async def test_a_bad_api_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENFLOW_API_URL", "ftp://flows.example.com")
+    with pytest.raises(SettingsError, match="^OPENFLOW_API_URL: is not an http"):
+        runtime_settings()
+
+
+async def test_a_run_continued_as_new_while_paused_tells_of_the_pause_once(
+    harness: Harness, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first execution continues as new as soon as it pauses, and only then.
+    monkeypatch.setattr(
+        run_module.OpenFlowRun,
+        "_history_long",
+        lambda self: self._status == "paused" and workflow.info().continued_run_id is None,
+    )
+    harness.script({"ask": [{"ask": "Go on?"}, {"submit": {"summary": "done"}}]})
+    add_webhooks(harness.home, [{"url": receiver.url, "secret": SECRET}])
+    run_id = await harness.start(asking_workflow())
+    first = (await harness.handle(run_id).describe()).run_id
+    await receiver.wait_for(1)
+    deadline = time.monotonic() + 10
+    while (await harness.handle(run_id).describe()).run_id == first:
+        assert time.monotonic() < deadline, "the run never continued as new"
+        await asyncio.sleep(0.05)
+    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    # A signal the run ignores makes it look at what it waits for again.
+    await harness.handle(run_id).signal("submit_user_input", 5)
+    deadline = time.monotonic() + 10
+    while not any(e["type"] == "ActionIgnored" for e in await harness.events(run_id)):
+        assert time.monotonic() < deadline, "the signal was not recorded"
+        await asyncio.sleep(0.05)
+    history = await harness.handle(run_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    carried = json.loads(started.input.payloads[0].data)
+    assert carried["snapshot"]["nodes"]["ask"]["awaiting"], "it continued before the pause"
+    await harness.handle(run_id).execute_update(
+        "act", Action(kind="input", node_id="ask", text="y")
+    )
+    assert (await harness.result(run_id)).status == "completed"
+    await receiver.wait_for(2)
+    assert [n["event"] for n in receiver.bodies()] == ["paused", "completed"]

@@ -355,7 +355,7 @@ class OpenFlowRun:
         if plan.done:
             if plan.status not in ("completed", "failed", "stopped"):
                 return
-            event: c.WebhookEvent = plan.status  # type: ignore[assignment]
+            event: c.WebhookEvent = plan.status
             awaiting: list[c.PendingPause] = []
         else:
             keys, self._paused = self._paused, notices.pause_keys(plan.snapshot)

@@ -192,23 +192,32 @@ async def test_paused_and_completed_notices_are_signed_and_keep_secrets_out_of_h
     await harness.replay(run_id)
 
 
-async def test_a_failing_receiver_gets_the_notice_on_a_later_try(harness: Harness) -> None:
-    receiver = Receiver(fail_first=2)
+async def test_a_failing_receiver_gets_the_notice_on_a_later_try(
+    harness: Harness, receiver: Receiver
+) -> None:
+    failing = Receiver(fail_first=2)
     try:
         harness.script({"a": [{"submit": {"summary": "done"}}]})
         add_webhooks(
-            harness.home, [{"url": receiver.url, "events": ["completed"], "secret": SECRET}]
+            harness.home,
+            [
+                {"url": failing.url, "events": ["completed"], "secret": SECRET},
+                {"url": receiver.url, "events": ["paused", "completed"], "secret": "other"},
+            ],
         )
         run_id = await harness.start(make_workflow([node("a")], []))
         assert (await harness.result(run_id)).status == "completed"
-        [(headers, body)] = await receiver.wait_for(1)
-        assert receiver.attempts == 3
+        [(headers, body)] = await failing.wait_for(1)
+        assert failing.attempts == 3
         assert verified(headers, body)
         assert json.loads(body)["event"] == "completed"
+        # Each webhook is tried on its own: the healthy one heard it once, with its own key.
         [child] = await child_ids(harness.client, run_id)
         await harness.client.get_workflow_handle(child).result()
+        [(headers, body)] = receiver.notices
+        assert verified(headers, body, "other") and receiver.attempts == 1
     finally:
-        receiver.close()
+        failing.close()
 
 
 async def test_a_receiver_that_is_down_does_not_hold_up_the_run(

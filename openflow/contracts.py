@@ -32,6 +32,7 @@ ACTIVITY_RECEIPT = "read_receipt"
 #: The child workflow that carries a run's notice to its webhooks, and its delivery activity.
 WORKFLOW_NOTICE = "OpenFlowNotice"
 ACTIVITY_WEBHOOK = "deliver_webhook"
+ACTIVITY_LIST_WEBHOOKS = "list_webhooks"
 #: How long a workflow task may take before another worker gets it, set when a run starts,
 #: resumes or continues as new. Temporal's default, 10 s, is what a worker killed mid-task
 #: used to cost. It must hold a full replay of an execution's history on a loaded worker
@@ -306,6 +307,14 @@ class WebhookInput(_Model):
     hook: int
 
 
+class ListWebhooksInput(_Model):
+    """Nothing: the webhooks come from the worker's settings.json."""
+
+
+class ListWebhooksResult(_Model):
+    webhooks: list[WebhookRef] = Field(default_factory=list)
+
+
 class WebhookResult(_Model):
     #: "delivered", or "skipped" when settings.json no longer has that webhook for the event.
     outcome: Literal["delivered", "skipped"]
@@ -313,7 +322,10 @@ class WebhookResult(_Model):
 
 
 __all__ = [
+    "ACTIVITY_LIST_WEBHOOKS",
     "ACTIVITY_WEBHOOK",
+    "ListWebhooksInput",
+    "ListWebhooksResult",
     "NoticeInput",
     "PendingPause",
     "RunNotice",

@@ -72,7 +72,16 @@ class WebhookActivities:
         self._transport = transport
 
     def all(self) -> list[Any]:
-        return [self.deliver_webhook]
+        return [self.deliver_webhook, self.list_webhooks]
+
+    @activity.defn(name=c.ACTIVITY_LIST_WEBHOOKS)
+    async def list_webhooks(self, inp: c.ListWebhooksInput) -> c.ListWebhooksResult:
+        """The webhooks by place and events, for a run whose preparation failed."""
+        try:
+            hooks = await asyncio.to_thread(load_settings, self.home)
+        except SettingsError as exc:
+            raise ApplicationError(f"{exc}", type="WebhookSettings", non_retryable=True) from None
+        return c.ListWebhooksResult(webhooks=webhook_refs(hooks.webhooks))
 
     @activity.defn(name=c.ACTIVITY_WEBHOOK)
     async def deliver_webhook(self, inp: c.WebhookInput) -> c.WebhookResult:

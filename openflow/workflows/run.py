@@ -100,6 +100,7 @@ INPUT_LIMITS = "input-limits"
 TOOL_RECEIPTS = "tool-receipts"
 RECEIPT_TIMEOUT = timedelta(seconds=30)
 WEBHOOKS = "webhooks"
+FAILED_START_NOTICES = "failed-start-notices"
 
 
 class EngineFault(ApplicationError):
@@ -205,6 +206,8 @@ class OpenFlowRun:
                 # broken script): the run ends failed, saying what to fix.
                 cause = exc.cause
                 message = getattr(cause, "message", None) or str(cause or exc)
+                if workflow.patched(FAILED_START_NOTICES):
+                    self._webhooks = await self._listed_webhooks()
                 plan = engine.start(
                     inp.workflow,
                     inp.run_id,
@@ -214,6 +217,8 @@ class OpenFlowRun:
                     limits=workflow.patched(INPUT_LIMITS),
                 )
                 self._apply(plan, [])
+                if self._notices:
+                    await workflow.wait_condition(self._noticed)
                 self._spans.end("failed", self._now())
                 return self._result()
             self._profiles = prepared.profiles
@@ -388,6 +393,21 @@ class OpenFlowRun:
             )
         except WorkflowAlreadyStartedError:
             workflow.logger.warning("notice %s of run %s already sent", child_id, notice.run_id)
+
+    async def _listed_webhooks(self) -> list[c.WebhookRef]:
+        """The webhooks of a run whose preparation failed (and so did not list them)."""
+        try:
+            listed = await workflow.execute_activity(
+                c.ACTIVITY_LIST_WEBHOOKS,
+                c.ListWebhooksInput(),
+                result_type=c.ListWebhooksResult,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="webhooks",
+            )
+        except ActivityError:
+            return []
+        return listed.webhooks
 
     def _noticed(self) -> bool:
         """Whether every notice's child workflow has started."""

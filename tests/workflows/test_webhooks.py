@@ -347,3 +347,16 @@ async def test_a_run_continued_as_new_while_paused_tells_of_the_pause_once(
     assert (await harness.result(run_id)).status == "completed"
     await receiver.wait_for(2)
     assert [n["event"] for n in receiver.bodies()] == ["paused", "completed"]
+
+
+async def test_a_run_that_cannot_start_tells_of_its_failure(
+    harness: Harness, receiver: Receiver
+) -> None:
+    harness.script({})
+    add_webhooks(harness.home, [{"url": receiver.url, "events": ["failed"], "secret": SECRET}])
+    wf = make_workflow([node("a")], [], provider_id="no-such-provider")
+    run_id = await harness.start(wf)
+    assert (await harness.result(run_id)).status == "failed"
+    [(headers, body)] = await receiver.wait_for(1)
+    assert verified(headers, body)
+    assert json.loads(body)["event"] == json.loads(body)["status"] == "failed"

@@ -174,17 +174,7 @@ def _read_webhook(index: int, entry: Any) -> Webhook:
     url = entry.get("url")
     if url is None:
         raise SettingsError(f'{where} has no "url"; give the http(s) address to post notices to')
-    parsed = urlsplit(url) if isinstance(url, str) else None
-    try:
-        port_ok = parsed is not None and (parsed.port or 0) >= 0
-    except ValueError:
-        port_ok = False
-    if (
-        parsed is None
-        or parsed.scheme not in ("http", "https")
-        or not parsed.hostname
-        or not port_ok
-    ):
+    if not _http_url(url):
         raise SettingsError(
             f'{where} "url" is not an http(s) URL; give one such as https://host/path'
         )
@@ -202,6 +192,18 @@ def _read_webhook(index: int, entry: Any) -> Webhook:
     if secret is not None and not isinstance(secret, str):
         raise SettingsError(f'{where} "secret" must be a string')
     return Webhook.model_validate({**entry, "events": list(dict.fromkeys(events))})
+
+
+def _http_url(value: Any) -> bool:
+    """Whether `value` is an absolute http(s) URL with a host (and a numeric port, if any)."""
+    if not isinstance(value, str) or any(ch.isspace() or ord(ch) < 32 for ch in value):
+        return False
+    parsed = urlsplit(value)
+    try:
+        parsed.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname)
 
 
 class AppSettings(BaseModel):

@@ -377,8 +377,8 @@ class OpenFlowRun:
             event=event,
             awaiting=awaiting,
         )
-        info = workflow.info()
-        child_id = f"{info.workflow_id}.notice.{info.run_id}.{len(self._notices)}"
+        execution = workflow.info().run_id
+        child_id = f"{self._snapshot.run_id}.notice.{execution}.{len(self._notices)}"
         self._notices.append(asyncio.create_task(self._tell(child_id, notice, hooks)))
 
     async def _tell(self, child_id: str, notice: c.RunNotice, hooks: list[int]) -> None:

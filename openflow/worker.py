@@ -161,8 +161,12 @@ def build_worker(
     activities: RunActivities | None = None,
     max_concurrent_activities: int = 64,
     sandboxed: bool | None = None,
+    api_url: str | None = None,
 ) -> Worker:
-    """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds."""
+    """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds.
+
+    `api_url` is where webhook notices link run pages (default: OPENFLOW_API_URL).
+    """
     check_webhooks(home)  # a bad webhooks entry stops the worker here, in one line
     acts = activities or make_activities(home)
     announce_confinement()
@@ -172,7 +176,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[OpenFlowRun, OpenFlowNotice],
-        activities=[*acts.all(), *WebhookActivities(home).all()],
+        activities=[*acts.all(), *WebhookActivities(home, api_url).all()],
         workflow_runner=workflow_runner(sandboxed),
         workflow_failure_exception_types=FAILURE_TYPES,
         max_concurrent_activities=max_concurrent_activities,

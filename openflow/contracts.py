@@ -36,6 +36,10 @@ ACTIVITY_MODEL_TURN = "model_turn"
 ACTIVITY_TOOL_BATCH = "tool_batch"
 ACTIVITY_HANDOFF = "write_handoff"
 ACTIVITY_RECEIPT = "read_receipt"
+#: The child workflow that carries a run's notice to its webhooks, and its delivery activity.
+WORKFLOW_NOTICE = "OpenFlowNotice"
+ACTIVITY_WEBHOOK = "deliver_webhook"
+ACTIVITY_LIST_WEBHOOKS = "list_webhooks"
 #: How long a workflow task may take before another worker gets it, set when a run starts,
 #: resumes or continues as new. Temporal's default, 10 s, is what a worker killed mid-task
 #: used to cost. It must hold a full replay of an execution's history on a loaded worker
@@ -67,6 +71,20 @@ class _Model(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
 
+WebhookEvent = Literal["paused", "completed", "failed", "stopped"]
+WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = ("paused", "completed", "failed", "stopped")
+
+
+class WebhookRef(_Model):
+    """A settings.json webhook by its place in the list, with the events it wants.
+
+    The URL and the secret stay in settings.json: the delivery activity reads them there.
+    """
+
+    index: int
+    events: list[WebhookEvent] = Field(default_factory=list)
+
+
 class RunInput(_Model):
     """How a run starts (or continues as new, or resumes from a checkpoint)."""
 
@@ -87,6 +105,7 @@ class RunInput(_Model):
     state: dict[str, Any] | None = None
     first_seq: int = 1
     previous_run_id: str | None = None
+    webhooks: list[WebhookRef] = Field(default_factory=list)
 
 
 class RunResult(_Model):
@@ -120,6 +139,8 @@ class PrepareResult(_Model):
     read_tools: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     agents: list[CallableAgent] = Field(default_factory=list)
+    #: The webhooks of settings.json when the run started (no URLs, no secrets).
+    webhooks: list[WebhookRef] = Field(default_factory=list)
 
 
 class ModelTurnInput(OmitDefaults, _Model):
@@ -353,7 +374,69 @@ class EventsQuery(_Model):
     after: int = 0
 
 
+class PendingPause(OmitDefaults, _Model):
+    """One thing a paused run waits for from a person, as a notice describes it."""
+
+    kind: Literal["input", "approval", "retry"]
+    node_id: str
+    approval_id: str | None = None
+    question: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class RunNotice(_Model):
+    """What a webhook is told (the delivery activity adds the run page's URL)."""
+
+    run_id: str
+    workflow_id: str
+    status: str
+    event: WebhookEvent
+    awaiting: list[PendingPause] = Field(default_factory=list)
+
+
+class NoticeInput(_Model):
+    """The notice child workflow's input: one notice for the webhooks at these places."""
+
+    notice: RunNotice
+    hooks: list[int] = Field(default_factory=list)
+
+
+class WebhookInput(_Model):
+    """One delivery: the notice, to the webhook at `hook` in settings.json."""
+
+    notice: RunNotice
+    hook: int
+
+
+class ListWebhooksInput(_Model):
+    """Nothing: the webhooks come from the worker's settings.json."""
+
+
+class ListWebhooksResult(_Model):
+    webhooks: list[WebhookRef] = Field(default_factory=list)
+
+
+class WebhookResult(_Model):
+    #: "delivered", or "skipped" when settings.json no longer has that webhook for the event.
+    outcome: Literal["delivered", "skipped"]
+    http_status: int | None = None
+
+
 __all__ = [
+    "ACTIVITY_LIST_WEBHOOKS",
+    "ACTIVITY_WEBHOOK",
+    "ListWebhooksInput",
+    "ListWebhooksResult",
+    "NoticeInput",
+    "PendingPause",
+    "RunNotice",
+    "WEBHOOK_EVENTS",
+    "WORKFLOW_NOTICE",
+    "WebhookEvent",
+    "WebhookInput",
+    "WebhookRef",
+    "WebhookResult",
     "RUN_FOLDER_MISSING",
     "call_node",
     "transcript_key",

@@ -23,12 +23,14 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from openflow.contracts import WEBHOOK_EVENTS, WebhookEvent
 from openflow.engine.errors import LimitExceeded
 from openflow.engine.limits import check_json_text
 from openflow.paths import openflow_home
@@ -134,6 +136,76 @@ class ProviderProfile(BaseModel):
         return value
 
 
+class Webhook(BaseModel):
+    """One settings.json webhook: where run notices are posted, for which events, signed how.
+
+    The URL is never shown in a message (it may carry a token); the secret never leaves the
+    worker's delivery activity.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    url: str = Field(repr=False)
+    events: list[WebhookEvent] = Field(default_factory=lambda: list(WEBHOOK_EVENTS))
+    secret: SecretStr | None = Field(default=None, repr=False)
+
+    @field_serializer("url", "secret")
+    def _never_serialize(self, value: object) -> None:
+        """URLs and secrets stay in settings.json."""
+        return None
+
+
+def read_webhooks(raw: Any) -> list[Webhook]:
+    """settings.json `webhooks`, each entry checked; a bad one is a SettingsError naming it."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise SettingsError(
+            '\'webhooks\' in settings.json must be a list of {"url", "events", "secret"}; '
+            "fix the file"
+        )
+    return [_read_webhook(i, entry) for i, entry in enumerate(raw)]
+
+
+def _read_webhook(index: int, entry: Any) -> Webhook:
+    where = f"settings.json webhooks[{index}]"
+    if not isinstance(entry, dict):
+        raise SettingsError(f'{where} must be an object with "url", "events" and "secret"')
+    url = entry.get("url")
+    if url is None:
+        raise SettingsError(f'{where} has no "url"; give the http(s) address to post notices to')
+    if not _http_url(url):
+        raise SettingsError(
+            f'{where} "url" is not an http(s) URL; give one such as https://host/path'
+        )
+    events = entry.get("events", list(WEBHOOK_EVENTS))
+    if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+        raise SettingsError(
+            f'{where} "events" must be a list of event names ({", ".join(WEBHOOK_EVENTS)})'
+        )
+    unknown = sorted({e for e in events if e not in WEBHOOK_EVENTS})
+    if unknown:
+        raise SettingsError(
+            f"{where} has an unknown event {unknown[0]!r}; give any of {', '.join(WEBHOOK_EVENTS)}"
+        )
+    secret = entry.get("secret")
+    if secret is not None and not isinstance(secret, str):
+        raise SettingsError(f'{where} "secret" must be a string')
+    return Webhook.model_validate({**entry, "events": list(dict.fromkeys(events))})
+
+
+def _http_url(value: Any) -> bool:
+    """Whether `value` is an absolute http(s) URL with a host (and a numeric port, if any)."""
+    if not isinstance(value, str) or any(ch.isspace() or ord(ch) < 32 for ch in value):
+        return False
+    parsed = urlsplit(value)
+    try:
+        parsed.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname)
+
+
 class AppSettings(BaseModel):
     """settings.json: `{"active_provider": id, "providers": {id: profile}, ...}`."""
 
@@ -148,6 +220,7 @@ class AppSettings(BaseModel):
     lsp: dict[str, Any] | None = None
     local_diagnostics: dict[str, Any] | None = None
     search: dict[str, Any] | None = None
+    webhooks: list[Webhook] = Field(default_factory=list)
 
     @field_serializer("api_keys")
     def _never_serialize_tenant_keys(self, value: dict[str, str]) -> dict[str, str]:
@@ -299,7 +372,11 @@ def parse_settings(raw: Mapping[str, Any]) -> AppSettings:
     providers = raw.get("providers") or {}
     if not isinstance(providers, dict):
         raise SettingsError("'providers' in settings.json must be an object of profiles by id")
-    data = {**raw, "providers": _merge_profiles(providers)}
+    data = {
+        **raw,
+        "providers": _merge_profiles(providers),
+        "webhooks": read_webhooks(raw.get("webhooks")),
+    }
     try:
         return AppSettings.model_validate(data)
     except ValidationError as exc:
@@ -333,6 +410,20 @@ def load_settings(home: Path) -> AppSettings:
     return parse_settings(raw)
 
 
+def check_webhooks(home: Path) -> None:
+    """Refuse a bad `webhooks` entry in settings.json, for a worker or the API at start.
+
+    Only the webhooks are checked here: a file that cannot be read or parsed at all is
+    reported, as before, when a run starts.
+    """
+    try:
+        raw = json.loads((Path(home) / SETTINGS_FILE).read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return
+    if isinstance(raw, dict):
+        read_webhooks(raw.get("webhooks"))
+
+
 MAX_TOOL_BUDGET = 1024
 MAX_TASK_QUEUE_CHARS = 1000
 _TRUE = ("1", "true", "yes", "on")
@@ -356,6 +447,8 @@ class RuntimeSettings(BaseSettings):
     namespace: str = "default"
     task_queue: str = "openflow"
     ui_url: str | None = None
+    #: The HTTP API as people reach it: webhook notices link to run pages under it.
+    api_url: str | None = None
     script: Path | None = None
     #: The cluster database (`postgresql://...`); unset, run state stays under `home`.
     database_url: SecretStr | None = Field(default=None, repr=False)
@@ -404,17 +497,20 @@ class RuntimeSettings(BaseSettings):
             )
         return text
 
-    @field_validator("ui_url", mode="before")
+    @field_validator("ui_url", "api_url", mode="before")
     @classmethod
-    def _ui_url(cls, value: Any) -> Any:
+    def _ui_url(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None or not str(value).strip():
             return None
         text = str(value).strip()
         parsed = urlsplit(text)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(
-                "is not an http(s) URL — give the Web UI's address, e.g. http://host:8233"
+            example = (
+                "the API's address, e.g. https://openflow.example.com"
+                if info.field_name == "api_url"
+                else "the Web UI's address, e.g. http://host:8233"
             )
+            raise ValueError(f"is not an http(s) URL — give {example}")
         try:
             parsed.port  # noqa: B018 - raises for a port that is not a number
         except ValueError:
@@ -498,7 +594,7 @@ def runtime_settings(
 
 
 _PREFIX = "OPENFLOW_"
-_NOT_SHOWN = frozenset({"ui_url", "database_url", "api_keys"})
+_NOT_SHOWN = frozenset({"ui_url", "api_url", "database_url", "api_keys"})
 
 
 __all__ = [
@@ -511,12 +607,15 @@ __all__ = [
     "ReasoningEffortOption",
     "RuntimeSettings",
     "SettingsError",
+    "Webhook",
     "parse_switch",
     "parse_tool_budget",
     "runtime_settings",
     "Transport",
     "builtin_profiles",
+    "check_webhooks",
     "load_settings",
     "openflow_home",
     "parse_settings",
+    "read_webhooks",
 ]

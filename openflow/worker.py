@@ -28,11 +28,13 @@ from openflow.activities.store import RunStore
 from openflow.activities.tool_batch import ToolBatchActivity
 from openflow.activities.tools.confine import announce as announce_confinement
 from openflow.activities.tools_runner import BatchDeps, default_tools, tool_budget
+from openflow.activities.webhooks import WebhookActivities
 from openflow.activities.write_handoff import WriteHandoffActivity
 from openflow.backends import open_backends
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
-from openflow.settings import load_settings, runtime_settings
+from openflow.settings import check_webhooks, load_settings, runtime_settings
+from openflow.workflows.notices import OpenFlowNotice
 from openflow.workflows.run import EngineFault, OpenFlowRun
 
 if TYPE_CHECKING:
@@ -203,8 +205,13 @@ def build_worker(
     activities: Activities | None = None,
     max_concurrent_activities: int = 64,
     sandboxed: bool | None = None,
+    api_url: str | None = None,
 ) -> Worker:
-    """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds."""
+    """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds.
+
+    `api_url` is where webhook notices link run pages (default: OPENFLOW_API_URL).
+    """
+    check_webhooks(home)  # a bad webhooks entry stops the worker here, in one line
     acts = activities or make_activities(home)
     announce_confinement()
     _freeze_loaded()
@@ -212,8 +219,8 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[OpenFlowRun],
-        activities=acts.all(),
+        workflows=[OpenFlowRun, OpenFlowNotice],
+        activities=[*acts.all(), *WebhookActivities(home, api_url).all()],
         workflow_runner=workflow_runner(sandboxed),
         workflow_failure_exception_types=FAILURE_TYPES,
         max_concurrent_activities=max_concurrent_activities,

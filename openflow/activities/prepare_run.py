@@ -19,6 +19,7 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptError, load_script
 from openflow.activities.run_files import CATALOG_KEY, PROFILES_KEY, RUN_KEY, RunFiles
 from openflow.activities.tools_runner import MCP_PACKAGE, tool_specs
+from openflow.activities.webhooks import webhook_refs
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.engine.limits import schema_limit_problem
 from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
@@ -99,6 +100,7 @@ class PrepareRunActivity:
             warnings=warnings,
             agents=self._callable_agents(wf),
             read_tools=read_tools,
+            webhooks=webhook_refs(settings.webhooks),
         )
 
     def _settle(

@@ -26,6 +26,7 @@ from openflow.engine.limits import MAX_REQUEST_BYTES
 from openflow.paths import openflow_home
 from openflow.server import task_queue as default_task_queue
 from openflow.server import temporal_address, temporal_namespace
+from openflow.settings import check_webhooks
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -127,6 +128,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, home: Path | None 
     ConnectError when Temporal refuses the connection: the API does not start half-configured.
     """
     home = home if home is not None else openflow_home()
+    check_webhooks(home)  # a bad webhooks entry stops the API here, in one line
     loopback = is_loopback(host)
     keys = TenantKeys(home)
     if not keys.configured and not loopback:

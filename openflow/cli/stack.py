@@ -183,7 +183,11 @@ class LocalStack:
             self._client = await self.server.connect(data_converter=pydantic_data_converter)
             activities = make_activities(self.home, env=self.worker_env)
             self._worker = build_worker(
-                self._client, self.task_queue, self.home, activities=activities
+                self._client,
+                self.task_queue,
+                self.home,
+                activities=activities,
+                api_url=self.api_url,
             )
             self.tasks.append(asyncio.create_task(self._worker.run(), name="worker"))
             app = create_app(

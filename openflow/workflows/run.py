@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import TypeAdapter
@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         WriteHandoff,
     )
     from openflow.engine.transcript import ToolCall
+    from openflow.workflows import notices
     from openflow.workflows.approvals import approval_fact
     from openflow.workflows.handlers import (
         Malformed,
@@ -104,6 +105,8 @@ POST_RUN_REVIEW = "post-run-review"
 INPUT_LIMITS = "input-limits"
 TOOL_RECEIPTS = "tool-receipts"
 RECEIPT_TIMEOUT = timedelta(seconds=30)
+WEBHOOKS = "webhooks"
+FAILED_START_NOTICES = "failed-start-notices"
 
 
 class EngineFault(ApplicationError):
@@ -151,6 +154,9 @@ class OpenFlowRun:
         self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult, int]] = {}
         self._events_limit = OLD_HISTORY_EVENTS_LIMIT
         self._spans = RunSpans()
+        self._webhooks: list[c.WebhookRef] = []
+        self._paused: frozenset[notices.PauseKey] = frozenset()
+        self._notices: list[asyncio.Task[None]] = []
 
     # --- the run ------------------------------------------------------------------------
 
@@ -205,6 +211,8 @@ class OpenFlowRun:
                 # broken script): the run ends failed, saying what to fix.
                 cause = exc.cause
                 message = getattr(cause, "message", None) or str(cause or exc)
+                if workflow.patched(FAILED_START_NOTICES):
+                    self._webhooks = await self._listed_webhooks()
                 plan = engine.start(
                     inp.workflow,
                     inp.run_id,
@@ -214,10 +222,13 @@ class OpenFlowRun:
                     limits=workflow.patched(INPUT_LIMITS),
                 )
                 self._apply(plan, [])
+                if self._notices:
+                    await workflow.wait_condition(self._noticed)
                 self._spans.end("failed", self._now())
                 return self._result()
             self._profiles = prepared.profiles
             self._active_provider = prepared.active_provider
+            self._webhooks = prepared.webhooks
             self._execution_dir = prepared.execution_dir
             plan = engine.start(
                 prepared.workflow,
@@ -239,18 +250,24 @@ class OpenFlowRun:
             self._profiles = inp.profiles or {}
             self._active_provider = inp.active_provider or "scripted"
             self._execution_dir = inp.execution_dir or inp.snapshot.execution_dir
+            self._webhooks = inp.webhooks
             if inp.resume:
                 plan = engine.resume(inp.snapshot, now)
             else:
                 plan = Plan(snapshot=inp.snapshot, status=inp.snapshot.status)
                 self._snapshot = inp.snapshot
                 self._status = inp.snapshot.status
+                # What the execution before told of already.
+                self._paused = notices.pause_keys(inp.snapshot)
         self._apply(plan, list(inp.pending_intents))
         while not self._finished():
             try:
                 if self._deferred is not None:
                     await workflow.wait_condition(
-                        lambda: bool(self._facts) or workflow.all_handlers_finished()
+                        lambda: (
+                            bool(self._facts)
+                            or (workflow.all_handlers_finished() and self._noticed())
+                        )
                     )
                     if not self._facts:
                         self._continue_as_new(self._deferred)
@@ -260,6 +277,9 @@ class OpenFlowRun:
             self._step()
         await self._settle_cancelled_work()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._notices:
+            # A notice's child must have started before the run closes, or it never would.
+            await workflow.wait_condition(self._noticed)
         result = self._result()
         self._spans.end(result.status, self._now())
         return result
@@ -302,6 +322,8 @@ class OpenFlowRun:
             for intent in intents:
                 self._start(intent)
         self._update_visibility(plan)
+        if self._webhooks:
+            self._notify(plan)
 
     def _update_visibility(self, plan: Plan) -> None:
         awaiting = plan.awaiting
@@ -334,6 +356,67 @@ class OpenFlowRun:
             else:
                 details = "running " + ", ".join(running) if running else "running tools"
         workflow.set_current_details(details)
+
+    # --- webhooks -----------------------------------------------------------------------
+
+    def _notify(self, plan: Plan) -> None:
+        """Tell the webhooks when something new waits for a person, and when the run ends."""
+        assert self._snapshot is not None
+        if plan.done:
+            if plan.status not in ("completed", "failed", "stopped"):
+                return
+            event: c.WebhookEvent = plan.status
+            awaiting: list[c.PendingPause] = []
+        else:
+            keys, self._paused = self._paused, notices.pause_keys(plan.snapshot)
+            if not self._paused - keys:
+                return
+            event, awaiting = "paused", notices.pending_pauses(plan, self._projection())
+        hooks = notices.subscribers(self._webhooks, event)
+        if not hooks or not workflow.patched(WEBHOOKS):
+            return
+        notice = c.RunNotice(
+            run_id=self._snapshot.run_id,
+            workflow_id=self._snapshot.workflow.id,
+            status=plan.status,
+            event=event,
+            awaiting=awaiting,
+        )
+        execution = workflow.info().run_id
+        child_id = f"{self._snapshot.run_id}.notice.{execution}.{len(self._notices)}"
+        self._notices.append(asyncio.create_task(self._tell(child_id, notice, hooks)))
+
+    async def _tell(self, child_id: str, notice: c.RunNotice, hooks: list[int]) -> None:
+        try:
+            await workflow.start_child_workflow(
+                c.WORKFLOW_NOTICE,
+                c.NoticeInput(notice=notice, hooks=hooks),
+                id=child_id,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
+                static_summary=f"{notice.event} notice of {notice.run_id}",
+            )
+        except WorkflowAlreadyStartedError:
+            workflow.logger.warning("notice %s of run %s already sent", child_id, notice.run_id)
+
+    async def _listed_webhooks(self) -> list[c.WebhookRef]:
+        """The webhooks of a run whose preparation failed (and so did not list them)."""
+        try:
+            listed = await workflow.execute_activity(
+                c.ACTIVITY_LIST_WEBHOOKS,
+                c.ListWebhooksInput(),
+                result_type=c.ListWebhooksResult,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="webhooks",
+            )
+        except ActivityError:
+            return []
+        return listed.webhooks
+
+    def _noticed(self) -> bool:
+        """Whether every notice's child workflow has started."""
+        return all(task.done() for task in self._notices)
 
     # --- intents ------------------------------------------------------------------------
 
@@ -686,6 +769,7 @@ class OpenFlowRun:
                 pending_intents=pending,
                 headers_sent=sorted(self._headers_sent),
                 execution_dir=self._execution_dir,
+                webhooks=self._webhooks,
             ),
             task_timeout=c.WORKFLOW_TASK_TIMEOUT,
         )
@@ -775,6 +859,7 @@ class OpenFlowRun:
                 "profiles": self._profiles,
                 "active_provider": self._active_provider,
                 "execution_dir": self._execution_dir,
+                "webhooks": self._webhooks,
                 "workflow": self._snapshot.workflow,
                 "snapshot": None,
                 "events": [],

@@ -20,6 +20,7 @@ from openflow.contracts import RunResult
 from openflow.engine.spec import Workflow
 from openflow.testing import agent_node, write_scripted_settings
 from openflow.worker import FAILURE_TYPES, build_worker, sandbox_runner
+from openflow.workflows.notices import OpenFlowNotice
 from openflow.workflows.run import OpenFlowRun
 
 COMPAT = Path(__file__).resolve().parents[3] / "shared" / "compat"
@@ -34,7 +35,7 @@ _REPLAYED: set[tuple[str, str, int]] = set()
 def history_replayer() -> Replayer:
     """A replayer like the worker, but under Temporal's sandbox, which the worker runs without."""
     return Replayer(
-        workflows=[OpenFlowRun],
+        workflows=[OpenFlowRun, OpenFlowNotice],
         data_converter=pydantic_data_converter,
         workflow_runner=sandbox_runner(),
         workflow_failure_exception_types=FAILURE_TYPES,

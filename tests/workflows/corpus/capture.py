@@ -20,7 +20,9 @@ import gzip
 import json
 import sys
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -611,6 +613,52 @@ def _undecodable() -> Any:
     from temporalio.api.common.v1 import Payload
 
     return Payload(metadata={"encoding": b"binary/unknown"}, data=b"\x00")
+
+
+# --- webhooks ------------------------------------------------------------------------------
+
+
+class _Accept(BaseHTTPRequestHandler):
+    """A webhook receiver that takes every notice."""
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@scenario
+async def webhooks_told(h: Harness) -> list[str]:
+    """A paused and a completed notice, each through its `OpenFlowNotice` child."""
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Accept)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        h.script({"ask": [{"ask": "Which name?"}, {"echo": True}]})
+        settings = json.loads((h.home / "settings.json").read_text())
+        url = f"http://127.0.0.1:{receiver.server_port}/hook"
+        settings["webhooks"] = [{"url": url, "secret": "corpus-secret"}]
+        (h.home / "settings.json").write_text(json.dumps(settings))
+        run_id = await h.start(asking())
+        await until_asked(h, run_id, "ask")
+        await h.handle(run_id).execute_update(
+            "act", Action(kind="input", node_id="ask", text="Ada")
+        )
+        await completed(h, run_id)
+        history = await h.handle(run_id).fetch_history()
+        children = [
+            e.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id
+            for e in history.events
+            if e.HasField("child_workflow_execution_started_event_attributes")
+        ]
+        for child in children:
+            await h.client.get_workflow_handle(child).result()
+        return [run_id, *children]
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
 
 
 # --- capture -------------------------------------------------------------------------------

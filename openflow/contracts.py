@@ -20,7 +20,7 @@ from openflow.engine.state import (
     ToolResultSummary,
     TranscriptDelta,
 )
-from openflow.engine.transcript import ToolCall
+from openflow.engine.transcript import Attachment, ToolCall
 from openflow.engine.wire import OmitDefaults
 
 WORKFLOW_NAME = "OpenFlowRun"
@@ -80,6 +80,8 @@ class RunInput(_Model):
     state: dict[str, Any] | None = None
     first_seq: int = 1
     previous_run_id: str | None = None
+    #: The entrypoint's attachments: references to files in the run store, never their bytes.
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class RunResult(_Model):
@@ -245,6 +247,8 @@ class Action(_Model):
     allow: bool | None = None
     reason: str | None = None
     message: str | None = None
+    #: Files given with an input answer: references to the run store, never their bytes.
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class EventsQuery(_Model):

@@ -29,6 +29,7 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider, ScriptError, load_script
 from openflow.activities.spans import elapsed_ms, model_span, record_failure, record_reply
 from openflow.activities.store import KeyNotFound, RunStore
+from openflow.attachments import resolve_turn
 from openflow.engine.advance import reply_items
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.engine.limits import schema_limit_problem
@@ -381,6 +382,8 @@ class RunActivities:
         if transcript is None:
             transcript = self._transcript(inp.run_id, key)
         tools = self._offered(inp.run_id, request.tool_names)
+        # Attachments travel as references; their bytes are read in only for the provider.
+        request, transcript = resolve_turn(self.store, inp.run_id, request, transcript)
         return request, transcript, tools, persisted
 
     def _with_conversations(self, run_id: str, request: AgentRequest) -> AgentRequest:

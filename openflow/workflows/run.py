@@ -106,7 +106,11 @@ class EngineFault(ApplicationError):
 
 def _action_fact(action: c.Action) -> InputGiven | ApprovalDecided | RetryRequested | MessageSent:
     if action.kind == "input":
-        return InputGiven(node_id=action.node_id or "", text=action.text or "")
+        return InputGiven(
+            node_id=action.node_id or "",
+            text=action.text or "",
+            attachments=tuple(action.attachments),
+        )
     if action.kind == "approval":
         return ApprovalDecided(
             approval_id=action.approval_id or "", allow=bool(action.allow), reason=action.reason
@@ -219,6 +223,7 @@ class OpenFlowRun:
                 inp.run_id,
                 now,
                 entrypoint_text=inp.entrypoint,
+                entrypoint_attachments=inp.attachments,
                 execution_dir=prepared.execution_dir,
                 project_root=inp.project_dir,
                 tool_names=prepared.tool_names,

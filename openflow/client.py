@@ -418,7 +418,7 @@ def action_from(kind: str, payload: Mapping[str, Any]) -> c.Action:
 
 def changes_files(workflow: Workflow) -> bool:
     """Whether a run of `workflow` may change its folder: a node not explicitly `read_only`."""
-    return any(node.agent.approval_mode != "read_only" for node in workflow.nodes)
+    return any(node.agent.tools.approval_mode != "read_only" for node in workflow.nodes)
 
 
 def _project_memo(project: str | None, mutates: bool) -> dict[str, Any] | None:

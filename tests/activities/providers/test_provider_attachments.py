@@ -38,10 +38,7 @@ def tiny_png() -> bytes:
     header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
     pixels = zlib.compress(b"\x00\xff\x00\x00")
     return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", pixels)
-        + chunk(b"IEND", b"")
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
     )
 
 
@@ -137,9 +134,7 @@ async def test_images_pdfs_and_text_files_reach_each_wire_in_its_native_form(
     assert "Describe the chart." in _text_of(first["content"])
     # The answer's text file went as text, its PDF as the wire's document part.
     assert "These." in _text_of(answered["content"])
-    assert "Attachment notes.txt (text/plain):\nline one\nline two" in _text_of(
-        answered["content"]
-    )
+    assert "Attachment notes.txt (text/plain):\nline one\nline two" in _text_of(answered["content"])
     assert len(_documents(kit, answered["content"])) == 1
     assert _images(kit, answered["content"]) == []
 

@@ -7,8 +7,6 @@ import pytest
 from openflow.settings import parse_settings
 from tests.workflows.conftest import Harness, make_workflow, node
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
-
 
 def test_a_user_profile_owns_exhausted_the_built_in_one_echoes() -> None:
     assert parse_settings({}).providers["scripted"].exhausted == "echo"
@@ -18,6 +16,7 @@ def test_a_user_profile_owns_exhausted_the_built_in_one_echoes() -> None:
     assert said.providers["scripted"].exhausted == "echo"
 
 
+@pytest.mark.asyncio(loop_scope="session")
 async def test_a_run_whose_script_runs_out_fails_the_node_saying_so(harness: Harness) -> None:
     harness.script({"solo": [{"message": "Thinking it over."}]}, exhausted=None)
     run_id = await harness.start(make_workflow([node("solo")], []))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import mimetypes
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -48,6 +49,7 @@ __all__ = [
 KEY_PREFIX = "attachments/"
 URI_PREFIX = "run://attachments/"
 SUPPORTED = "a PNG, JPEG, GIF or WebP image, a PDF, or a UTF-8 text file"
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 _TEXT_APPLICATION = ("json", "xml", "yaml", "toml", "javascript", "x-sh", "sql", "csv")
 
 
@@ -171,15 +173,17 @@ def store_uploads(
 def resolve(store: RunStore, run_id: str, attachments: Sequence[Attachment]) -> tuple[Any, ...]:
     """The attachments with their content: text for text files, a `data:` URI for the rest.
 
-    One whose bytes are not in the store stays a reference (the model is told its name).
+    One whose bytes are not in the store, or that does not name them by a sha256 digest
+    (an `act` update can carry anything), stays a reference: the model is told its name.
     """
     out: list[Attachment] = []
     for att in attachments:
-        if att.text is not None or not att.sha256 or not (att.uri or "").startswith(URI_PREFIX):
+        digest = att.sha256 or ""
+        if att.text is not None or not _DIGEST.fullmatch(digest) or att.uri != URI_PREFIX + digest:
             out.append(att)
             continue
         try:
-            data = store.get_bytes(run_id, KEY_PREFIX + att.sha256)
+            data = store.get_bytes(run_id, KEY_PREFIX + digest)
         except KeyNotFound:
             out.append(att)
             continue

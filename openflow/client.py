@@ -12,10 +12,12 @@ Errors:
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.activities.store import RunStore
+from openflow.attachments import Upload, prepare, store_uploads
 from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import check_entrypoint, check_message
@@ -48,6 +52,8 @@ SA_WORKFLOW_ID = SearchAttributeKey.for_keyword(c.SA_WORKFLOW_ID)
 SA_WORKFLOW_NAME = SearchAttributeKey.for_text(c.SA_WORKFLOW_NAME)
 SA_AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 SA_TENANT = SearchAttributeKey.for_keyword(c.SA_TENANT)
+#: The memo key a run's project folder is kept under, for the mutation gate (see `start`).
+MEMO_PROJECT = "openflow_project"
 CLOSED_STATUS = {
     WorkflowExecutionStatus.COMPLETED: "completed",
     WorkflowExecutionStatus.FAILED: "failed",
@@ -142,10 +148,23 @@ def check_run_id(run_id: str) -> str:
 class Runs:
     """The runs of one tenant ("" when the deployment has none)."""
 
-    def __init__(self, client: Client, task_queue: str, tenant: str = "") -> None:
+    def __init__(
+        self, client: Client, task_queue: str, tenant: str = "", store: RunStore | None = None
+    ) -> None:
         self.client = client
         self.task_queue = task_queue
         self.tenant = tenant
+        self._store = store
+
+    @property
+    def store(self) -> RunStore:
+        """The run store attachments go to (this process's own, unless one was given)."""
+        if self._store is None:
+            from openflow.backends import open_backends
+            from openflow.paths import openflow_home
+
+            self._store = open_backends(openflow_home()).store
+        return self._store
 
     # --- start --------------------------------------------------------------------------
 
@@ -156,13 +175,33 @@ class Runs:
         run_id: str | None = None,
         project_dir: str | None = None,
         provider_id: str | None = None,
+        attachments: Sequence[Upload] = (),
+        allow_concurrent: bool = False,
     ) -> str:
-        """Start a run of `workflow` as it is now; later edits to the file change nothing."""
+        """Start a run of `workflow` as it is now; later edits to the file change nothing.
+
+        `attachments` go to the run store before the run starts; history carries references.
+        A run on a `project_dir` another live run may change is refused, naming that run,
+        unless `allow_concurrent` (OpenFlow's mutation gate; see `changing_run`).
+        """
         problems = workflow_problems(workflow)
         if problems:
             raise InvalidWorkflow("; ".join(str(p) for p in problems))
         check_entrypoint(entrypoint)
+        prepared = prepare(attachments) if attachments else []
         run_id = check_run_id(run_id) if run_id else new_run_id()
+        project = os.path.realpath(project_dir) if project_dir else None
+        mutates = changes_files(workflow)
+        if project is not None and mutates and not allow_concurrent:
+            other = await self.changing_run(project)
+            if other is not None:
+                raise RunConflict(
+                    f"{other} is changing the project folder {project!r}; wait for it to end or "
+                    "stop it, or start this run with --allow-concurrent (API: allowConcurrent)"
+                )
+        refs = (
+            await asyncio.to_thread(store_uploads, self.store, run_id, prepared) if prepared else []
+        )
         attrs = TypedSearchAttributes(
             [
                 SearchAttributePair(SA_STATUS, "running"),
@@ -182,10 +221,12 @@ class Runs:
                     project_dir=project_dir,
                     provider_id=provider_id,
                     tenant=self.tenant,
+                    attachments=refs,
                 ),
                 id=run_id,
                 task_queue=self.task_queue,
                 search_attributes=attrs,
+                memo=_project_memo(project, mutates),
                 static_summary=f"{workflow.name} · {entrypoint[:60]}"
                 if entrypoint
                 else workflow.name,
@@ -199,6 +240,27 @@ class Runs:
                 raise RunConflict(f"a run with id {run_id!r} already exists") from exc
             raise
         return run_id
+
+    async def changing_run(self, project: str) -> str | None:
+        """The live run that may be changing the folder `project` (a canonical path), or None.
+
+        A run may change its folder while its execution is open (running or paused) and any of
+        its nodes may write (an approval mode other than `read_only`; unset counts as write),
+        as OpenFlow's mutation gate counts them. It is found through Temporal's visibility and
+        the runs' memo, so every API process and CLI of a cluster sees the same runs.
+        """
+        query = f"WorkflowType = '{c.WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
+        async for wf in self.client.list_workflows(query):
+            raw = wf.raw_info.memo.fields.get(MEMO_PROJECT) if wf.raw_info.memo else None
+            if raw is None:
+                continue
+            memo = await wf.memo()
+            held = memo.get(MEMO_PROJECT)
+            if not isinstance(held, dict) or held.get("dir") != project or not held.get("mutates"):
+                continue
+            tenant = wf.typed_search_attributes.get(SA_TENANT) or ""
+            return f"run {wf.id!r}" if tenant == self.tenant else "another tenant's run"
+        return None
 
     # --- look ---------------------------------------------------------------------------
 
@@ -279,16 +341,26 @@ class Runs:
 
     # --- act ----------------------------------------------------------------------------
 
-    async def act(self, run_id: str, action: c.Action) -> dict[str, Any]:
+    async def act(
+        self, run_id: str, action: c.Action, attachments: Sequence[Upload] = ()
+    ) -> dict[str, Any]:
         """Apply a human action through the `act` update; a mismatch raises ActionRejected.
 
-        A text over max_message_bytes raises LimitExceeded before anything is sent.
+        A text over max_message_bytes raises LimitExceeded before anything is sent, and so does
+        an attachment that cannot be given (AttachmentError, LimitExceeded). `attachments` go
+        with an input answer only; their bytes are stored before the action is sent.
         """
         check_action_texts(action)
+        if attachments and action.kind != "input":
+            raise ActionRejected("attachments go with an input answer only")
+        prepared = prepare(attachments) if attachments else []
         handle = await self.handle(run_id)
         desc = await handle.describe()
         if desc.status != WorkflowExecutionStatus.RUNNING:
             raise ActionRejected(f"run {run_id!r} has ended; resume it first")
+        if prepared:
+            refs = await asyncio.to_thread(store_uploads, self.store, run_id, prepared)
+            action = action.model_copy(update={"attachments": [*action.attachments, *refs]})
         try:
             result: dict[str, Any] = await handle.execute_update(
                 c.UPDATE_ACT, action, result_type=dict
@@ -340,12 +412,14 @@ class Runs:
                 SearchAttributePair(SA_TENANT, self.tenant),
             ]
         )
+        project = os.path.realpath(inp.project_dir) if inp.project_dir else None
         await self.client.start_workflow(
             c.WORKFLOW_NAME,
             inp,
             id=run_id,
             task_queue=self.task_queue,
             search_attributes=attrs,
+            memo=_project_memo(project, changes_files(inp.workflow)),
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             task_timeout=c.WORKFLOW_TASK_TIMEOUT,
         )
@@ -392,6 +466,17 @@ def action_from(kind: str, payload: Mapping[str, Any]) -> c.Action:
     return c.Action.model_validate({"kind": kind, **payload})
 
 
+def changes_files(workflow: Workflow) -> bool:
+    """Whether a run of `workflow` may change its folder: a node not explicitly `read_only`."""
+    return any(node.agent.tools.approval_mode != "read_only" for node in workflow.nodes)
+
+
+def _project_memo(project: str | None, mutates: bool) -> dict[str, Any] | None:
+    if project is None:
+        return None
+    return {MEMO_PROJECT: {"dir": project, "mutates": mutates}}
+
+
 def _q(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
@@ -405,6 +490,7 @@ __all__ = [
     "RunSummary",
     "Runs",
     "action_from",
+    "changes_files",
     "check_action_texts",
     "event_json",
     "events_after",

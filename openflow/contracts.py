@@ -27,7 +27,7 @@ from openflow.engine.state import (
     ToolResultSummary,
     TranscriptDelta,
 )
-from openflow.engine.transcript import ToolCall
+from openflow.engine.transcript import Attachment, ToolCall
 from openflow.engine.wire import OmitDefaults
 
 WORKFLOW_NAME = "OpenFlowRun"
@@ -106,6 +106,8 @@ class RunInput(_Model):
     first_seq: int = 1
     previous_run_id: str | None = None
     webhooks: list[WebhookRef] = Field(default_factory=list)
+    #: The entrypoint's attachments: references to files in the run store, never their bytes.
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class RunResult(_Model):
@@ -368,6 +370,9 @@ class Action(_Model):
             if decision.call_id == call_id:
                 return decision.allow, decision.reason if decision.reason else self.reason
         return self.allow, self.reason
+
+    #: Files given with an input answer: references to the run store, never their bytes.
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class EventsQuery(_Model):

@@ -356,6 +356,12 @@ def builtin_profiles() -> dict[str, ProviderProfile]:
     return {pid: ProviderProfile.model_validate(raw) for pid, raw in BUILTIN_PROFILES.items()}
 
 
+#: Fields a profile of settings.json owns outright: a built-in profile's value is never layered
+#: under them (a user's scripted profile that does not say `exhausted` fails once its turns run
+#: out, as the contract says, instead of inheriting the built-in profile's `echo`).
+_NOT_INHERITED = frozenset({"exhausted"})
+
+
 def _merge_profiles(raw_providers: Mapping[str, Any]) -> dict[str, Any]:
     merged: dict[str, Any] = {pid: dict(raw) for pid, raw in BUILTIN_PROFILES.items()}
     for pid, raw in raw_providers.items():
@@ -363,7 +369,8 @@ def _merge_profiles(raw_providers: Mapping[str, Any]) -> dict[str, Any]:
             raise SettingsError(
                 f"provider profile {pid!r} in settings.json must be a JSON object; fix the file"
             )
-        merged[pid] = {**merged.get(pid, {}), **raw}
+        base = {k: v for k, v in merged.get(pid, {}).items() if k not in _NOT_INHERITED}
+        merged[pid] = {**base, **raw}
     return merged
 
 

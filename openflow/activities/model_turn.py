@@ -27,6 +27,7 @@ from openflow.activities.spans import elapsed_ms, model_span, record_failure, re
 from openflow.activities.store import KeyNotFound
 from openflow.activities.tools_runner import BatchDeps, tool_specs
 from openflow.activities.transcripts import Transcripts
+from openflow.attachments import resolve_turn
 from openflow.engine.advance import reply_items
 from openflow.engine.policy import EAGER_TOOLS
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
@@ -216,6 +217,8 @@ class ModelTurnActivity:
         if transcript is None:
             transcript = self.transcripts.read(inp.run_id, key)
         tools = self.offered(inp.run_id, request.tool_names)
+        # Attachments travel as references; their bytes are read in only for the provider.
+        request, transcript = resolve_turn(store, inp.run_id, request, transcript)
         return request, transcript, tools, persisted
 
     def _with_conversations(self, run_id: str, request: AgentRequest) -> AgentRequest:

@@ -86,7 +86,7 @@ TenantDep = Annotated[str, Depends(get_tenant)]
 
 
 async def get_runs(context: ContextDep, tenant: TenantDep) -> Runs:
-    return Runs(await context.temporal(), context.task_queue, tenant)
+    return Runs(await context.temporal(), context.task_queue, tenant, store=context.store)
 
 
 RunsDep = Annotated[Runs, Depends(get_runs)]

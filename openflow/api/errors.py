@@ -35,6 +35,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow.api.routing import BodyOverLimit
+from openflow.attachments import AttachmentError
 from openflow.catalog import CatalogError, WorkflowNotFoundError
 from openflow.client import ActionRejected, RunConflict, RunNotFound
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
@@ -165,6 +166,8 @@ def as_http_error(exc: BaseException) -> HttpError | None:
         return Unprocessable(str(exc), code="invalid_workflow")
     if isinstance(exc, LimitExceeded):
         return Unprocessable(exc.message, code="limit_exceeded", details=exc.as_dict())
+    if isinstance(exc, AttachmentError):
+        return Unprocessable(str(exc), code="invalid_attachment")
     if isinstance(exc, WorkflowQueryFailedError):
         return ServiceUnavailable(
             "the run could not answer the query; check that a worker polls its task queue",
@@ -311,6 +314,7 @@ def install_error_handlers(app: FastAPI) -> None:
         CatalogError,
         WorkflowFormatError,
         LimitExceeded,
+        AttachmentError,
         WorkflowQueryFailedError,
         RPCError,
         SettingsError,

@@ -7,13 +7,21 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from openflow.api.errors import error_response, internal_error_response
-from openflow.engine.limits import MAX_REQUEST_BYTES
+from openflow.engine.limits import MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS, MAX_REQUEST_BYTES
 
 logger = logging.getLogger(__name__)
 
 
+#: How much more a multipart body (files to attach) may carry than `max_bytes`.
+ATTACHMENTS_ALLOWANCE = MAX_ATTACHMENTS.value * MAX_ATTACHMENT_BYTES.value
+
+
 class BodyLimit:
-    """Answer 413 to a body over `max_bytes`, by its Content-Length or by what actually arrives."""
+    """Answer 413 to a body over `max_bytes`, by its Content-Length or by what actually arrives.
+
+    A multipart body may carry `ATTACHMENTS_ALLOWANCE` more: the files it attaches are checked
+    one by one against max_attachment_bytes by the route.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -24,6 +32,9 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        limit = self.max_bytes
+        if headers.get(b"content-type", b"").lower().startswith(b"multipart/form-data"):
+            limit += ATTACHMENTS_ALLOWANCE
         length = headers.get(b"content-length")
         if length is not None:
             try:
@@ -31,8 +42,8 @@ class BodyLimit:
             except ValueError:
                 await self._reject(scope, receive, send, 400, "bad_request", _BAD_LENGTH)
                 return
-            if declared > self.max_bytes:
-                await self._too_large(scope, receive, send)
+            if declared > limit:
+                await self._too_large(scope, receive, send, limit)
                 return
             if declared == 0:
                 await self.app(scope, receive, send)
@@ -48,8 +59,8 @@ class BodyLimit:
                 return
             body = message.get("body", b"")
             size += len(body)
-            if size > self.max_bytes:
-                await self._too_large(scope, receive, send)
+            if size > limit:
+                await self._too_large(scope, receive, send, limit)
                 return
             chunks.append(body)
             if not message.get("more_body", False):
@@ -65,9 +76,9 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         message = (
-            f"the request body is over the limit {MAX_REQUEST_BYTES.name} ({self.max_bytes:,} "
+            f"the request body is over the limit {MAX_REQUEST_BYTES.name} ({limit:,} "
             "bytes) — send a smaller body"
         )
         await self._reject(scope, receive, send, 413, "payload_too_large", message)

@@ -51,6 +51,11 @@ class StartRun(_Body):
     provider_id: str | None = Field(
         default=None, min_length=1, description="A provider profile of settings.json"
     )
+    allow_concurrent: bool = Field(
+        default=False,
+        alias="allowConcurrent",
+        description="Start even while another run is changing `project_dir` (the mutation gate)",
+    )
 
     @model_validator(mode="after")
     def _one_workflow(self) -> StartRun:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path as FsPath
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from openflow.api.models import (
 )
 from openflow.api.routing import StrictJsonRoute
 from openflow.api.sse import MEDIA_TYPE, event_stream, stream_response, wants_stream
+from openflow.api.uploads import AttachmentsRoute, multipart_doc, uploads_of
 from openflow.api.workflows import check_workflow
 from openflow.catalog import Catalog
 from openflow.client import RunSummary
@@ -40,8 +42,40 @@ MAX_SEQ = 2**53
 _ACT_ERRORS = documented(400, 401, 404, 409, 413, 422, 503)
 
 
-@router.post(
+def _post_with_attachments(
+    path: str, fields: dict[str, dict[str, Any]], required: list[str], **kw: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`router.post` for a route whose body may also come as multipart form data with files."""
+
+    def decorate(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+        router.add_api_route(
+            path,
+            endpoint,
+            methods=["POST"],
+            route_class_override=AttachmentsRoute,
+            openapi_extra=multipart_doc(fields, required),
+            **kw,
+        )
+        return endpoint
+
+    return decorate
+
+
+_TEXT = {"type": "string"}
+
+
+@_post_with_attachments(
     "",
+    {
+        "workflow_id": _TEXT,
+        "workflow": {"type": "string", "description": "An inline workflow as JSON text"},
+        "entrypoint": _TEXT,
+        "run_id": _TEXT,
+        "project_dir": _TEXT,
+        "provider_id": _TEXT,
+        "allowConcurrent": {"type": "boolean"},
+    },
+    [],
     status_code=201,
     response_model=RunRef,
     responses=documented(400, 401, 404, 409, 413, 422, 503),
@@ -56,8 +90,10 @@ async def start_run(
 ) -> RunRef:
     """Start a run of a catalog workflow (snapshotted now) or of an inline workflow.
 
-    With tracing on, a W3C `traceparent` header makes the run's spans part of the caller's
-    trace."""
+    The body is JSON, or multipart form data with the same fields and files to attach to the
+    entrypoint. A run on a `project_dir` another live run is changing is refused (409) unless
+    `allowConcurrent`. With tracing on, a W3C `traceparent` header makes the run's spans part
+    of the caller's trace."""
     project = _project_dir(body.project_dir)
     workflow = body.workflow
     if workflow is None:
@@ -79,6 +115,8 @@ async def start_run(
             run_id=body.run_id,
             project_dir=str(project) if project else None,
             provider_id=body.provider_id,
+            attachments=uploads_of(request),
+            allow_concurrent=body.allow_concurrent,
         )
     response.headers["Location"] = f"/runs/{run_id}"
     return RunRef(run_id=run_id, status="running", workflow_id=workflow.id)
@@ -189,10 +227,21 @@ async def _act(runs: RunsDep, run_id: str, action: c.Action) -> ActionResult:
     )
 
 
-@router.post("/{run_id}/input", response_model=ActionResult, responses=_ACT_ERRORS)
-async def give_input(run_id: RunId, body: InputBody, runs: RunsDep) -> ActionResult:
-    """Answer a node that awaits input."""
-    return await _act(runs, run_id, body.action())
+@_post_with_attachments(
+    "/{run_id}/input",
+    {"node_id": _TEXT, "text": _TEXT},
+    ["node_id", "text"],
+    response_model=ActionResult,
+    responses=_ACT_ERRORS,
+)
+async def give_input(
+    run_id: RunId, body: InputBody, runs: RunsDep, request: Request
+) -> ActionResult:
+    """Answer a node that awaits input (JSON, or multipart form data with files to attach)."""
+    result = await runs.act(run_id, body.action(), uploads_of(request))
+    return ActionResult(
+        accepted=bool(result.get("accepted", True)), status=str(result.get("status", ""))
+    )
 
 
 @router.post(

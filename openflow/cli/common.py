@@ -20,6 +20,7 @@ from temporalio.client import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from openflow.attachments import AttachmentError
 from openflow.catalog import read_workflow_bytes
 from openflow.client import (
     ActionRejected,
@@ -180,7 +181,7 @@ def run_main(main: Coroutine[Any, Any, int]) -> int:
         raise BadInput(str(exc)) from None
     except ServerError as exc:
         raise BadInput(server_problem(exc)) from None
-    except (SettingsError, ConnectError, LimitExceeded) as exc:
+    except (SettingsError, ConnectError, LimitExceeded, AttachmentError) as exc:
         raise BadInput(str(exc)) from None
     except WorkflowAlreadyStartedError as exc:
         raise BadInput(

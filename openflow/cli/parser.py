@@ -133,6 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", metavar="ID", help="the run id (default run-<uuid>)")
     run.add_argument("--project", type=Path, metavar="DIR", help="the folder tools work in")
     run.add_argument("--detach", action="store_true", help="print the run id once started and exit")
+    run.add_argument(
+        "--attach",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="a file the root nodes get with the entrypoint: an image, a PDF or a text file "
+        "(repeatable)",
+    )
+    run.add_argument(
+        "--allow-concurrent",
+        action="store_true",
+        help="start even while another run is changing the --project folder",
+    )
     run.set_defaults(handler=cmd_run)
 
     runs = commands.add_parser(
@@ -182,6 +196,14 @@ def _add_runs_actions(actions: Any) -> None:
     give.add_argument("run_id", metavar="ID")
     give.add_argument("node_id", metavar="NODE")
     give.add_argument("text", metavar="TEXT")
+    give.add_argument(
+        "--attach",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="a file to give with the answer: an image, a PDF or a text file (repeatable)",
+    )
     give.set_defaults(handler=cmd_runs_input)
 
     for name, allow in (("approve", True), ("deny", False)):

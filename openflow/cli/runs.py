@@ -15,6 +15,7 @@ from temporalio.client import (
 )
 
 from openflow import contracts as c
+from openflow.attachments import AttachmentError, Upload, check_count, prepare, read_upload
 from openflow.backends import open_backends
 from openflow.cli.approvals import approval_action
 from openflow.cli.common import (
@@ -46,6 +47,7 @@ from openflow.cli.follow import (
 from openflow.client import state_json
 from openflow.connect import load_target
 from openflow.engine import RunEvent, WorkflowRunState
+from openflow.engine.errors import LimitExceeded
 from openflow.engine.events import NodeAwaitingInput
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import MAX_ENTRYPOINT_BYTES
@@ -87,6 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         project = str(args.project.resolve())
     if args.input_file is not None:
         args.input = read_entrypoint_file(args.input_file)
+    args.uploads = read_attachments(args.attach)
     if not args.detach:
         open_backends(openflow_home())  # the live channel: an unusable database stops us here
     return run_main(_start_and_follow(args, workflow, project))
@@ -127,12 +130,28 @@ def read_entrypoint_file(path: Path) -> str:
         ) from None
 
 
+def read_attachments(paths: list[Path]) -> list[Upload]:
+    """`--attach`: each file read and checked (size, type, count), or BadInput in one line."""
+    try:
+        check_count(len(paths))
+        uploads = [read_upload(path) for path in paths]
+        prepare(uploads)
+    except (AttachmentError, LimitExceeded) as exc:
+        raise BadInput(str(exc)) from None
+    return uploads
+
+
 async def _start_and_follow(
     args: argparse.Namespace, workflow: Workflow, project: str | None
 ) -> int:
     runs = await connect_runs()
     run_id = await runs.start(
-        workflow, entrypoint=args.input, run_id=args.run_id, project_dir=project
+        workflow,
+        entrypoint=args.input,
+        run_id=args.run_id,
+        project_dir=project,
+        attachments=args.uploads,
+        allow_concurrent=args.allow_concurrent,
     )
     if args.detach:
         print(run_id, flush=True)
@@ -286,7 +305,8 @@ def event_line(event: dict[str, Any], width: int = 80) -> str:
 def cmd_runs_input(args: argparse.Namespace) -> int:
     """`openflow runs input ID NODE TEXT`: answer a node waiting for input."""
     action = c.Action(kind="input", node_id=args.node_id, text=args.text)
-    return _act(args.run_id, action, f"answered {args.node_id!r}")
+    uploads = read_attachments(args.attach)
+    return _act(args.run_id, action, f"answered {args.node_id!r}", uploads)
 
 
 def cmd_runs_decide(args: argparse.Namespace) -> int:
@@ -314,10 +334,10 @@ def cmd_runs_message(args: argparse.Namespace) -> int:
     return _act(args.run_id, action, f"sent to {args.node_id!r}")
 
 
-def _act(run_id: str, action: c.Action, done: str) -> int:
+def _act(run_id: str, action: c.Action, done: str, uploads: list[Upload] | None = None) -> int:
     async def main() -> int:
         runs = await connect_runs()
-        result = await runs.act(run_id, action)
+        result = await runs.act(run_id, action, uploads or ())
         status = result.get("status")
         print(f"{done}; run {run_id} is {status}" if status else done)
         return EXIT_OK

@@ -56,7 +56,7 @@ from openflow.engine.state import (
     stored_result,
 )
 from openflow.engine.subagents import Subagents, snapshot_agents
-from openflow.engine.transcript import UserItem
+from openflow.engine.transcript import Attachment, UserItem
 from openflow.engine.turn import (
     MAX_MODEL_ATTEMPT,
     backoff_delay_ms,
@@ -615,7 +615,7 @@ class _Run(Subagents):
 
     def on_action(self, fact: Action) -> None:
         if isinstance(fact, InputGiven):
-            self.give_input(fact.node_id, fact.text)
+            self.give_input(fact.node_id, fact.text, fact.attachments)
         elif isinstance(fact, ApprovalDecided):
             self.decide(fact)
         elif isinstance(fact, RetryRequested):
@@ -658,12 +658,14 @@ class _Run(Subagents):
             )
             self.add_result(batch.node_id, call, text, is_error=True)
 
-    def give_input(self, node_id: str, text: str) -> None:
+    def give_input(self, node_id: str, text: str, attachments: tuple[Attachment, ...] = ()) -> None:
         ns = self.node(node_id)
         ns.awaiting = False
         ns.structured_input = None
-        self.append(node_id, UserItem(content=text))
-        self.emit("ChatMessage", node_id=node_id, role="user", content=text)
+        self.append(node_id, UserItem(content=text, attachments=attachments))
+        self.emit(
+            "ChatMessage", node_id=node_id, role="user", content=text, attachments=attachments
+        )
 
     def retry(self, node_id: str, message: str | None) -> None:
         ns = self.node(node_id)
@@ -779,6 +781,7 @@ def start(
     review: bool = True,
     read_tools: Iterable[str] = (),
     limits: bool = True,
+    entrypoint_attachments: Iterable[Attachment] = (),
 ) -> Plan:
     """A new run's first plan: the initial snapshot and its first model calls.
 
@@ -796,6 +799,7 @@ def start(
         run_id=run_id,
         workflow=workflow,
         entrypoint_text=entrypoint_text,
+        entrypoint_attachments=tuple(entrypoint_attachments),
         execution_dir=execution_dir,
         project_root=project_root,
         tool_names=sorted(tool_names) if tool_names is not None else None,
@@ -819,6 +823,7 @@ def start(
         workflow_id=workflow.id,
         workflow_name=workflow.name,
         entrypoint_text=shown,
+        attachments=tuple(entrypoint_attachments),
     )
     for warning in warnings:
         text = warning if warning.startswith("ignored ") else f"ignored {warning}"

@@ -421,6 +421,7 @@ class RunStarted(_Event):
     workflow_name: str = ""
     entrypoint_text: str = ""
     entry_node_id: str | None = None
+    attachments: tuple[Attachment, ...] = ()
 
 
 class RunResumed(_Event):

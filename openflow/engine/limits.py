@@ -97,6 +97,19 @@ MAX_REQUEST_BYTES = Limit(
     "bytes",
     "an HTTP request body (the API's default; `create_app(max_body_bytes=...)` changes it)",
 )
+MAX_ATTACHMENT_BYTES = Limit(
+    "max_attachment_bytes",
+    3_750_000,
+    "bytes",
+    "one file attached to an entrypoint or an input answer (the smallest image limit of the "
+    "supported providers, Amazon Bedrock's 3.75 MB)",
+)
+MAX_ATTACHMENTS = Limit(
+    "max_attachments",
+    8,
+    "files",
+    "the files attached to one entrypoint or one input answer",
+)
 
 LIMITS: tuple[Limit, ...] = (
     MAX_JSON_DEPTH,
@@ -109,6 +122,8 @@ LIMITS: tuple[Limit, ...] = (
     MAX_ENTRYPOINT_BYTES,
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
+    MAX_ATTACHMENT_BYTES,
+    MAX_ATTACHMENTS,
 )
 
 # A JSON string (possessive, so an unterminated one ends the scan instead of being retried at
@@ -223,6 +238,8 @@ def check_message(text: str | None, what: str) -> None:
 
 __all__ = [
     "LIMITS",
+    "MAX_ATTACHMENTS",
+    "MAX_ATTACHMENT_BYTES",
     "MAX_EDGES",
     "MAX_ENTRYPOINT_BYTES",
     "MAX_JSON_DEPTH",

@@ -464,8 +464,10 @@ def _on_run_started(s: WorkflowRunState, event: RunStarted) -> None:
     s.status = "running"
     if event.workflow_id:
         s.workflow_id = event.workflow_id
-    if event.entrypoint_text and event.entry_node_id is not None:
+    if (event.entrypoint_text or event.attachments) and event.entry_node_id is not None:
         message = _message("user", event.entrypoint_text, event.at_ms)
+        if event.attachments:
+            message = message.model_copy(update={"attachments": event.attachments})
         _append_chat(s, event.entry_node_id, message)
 
 

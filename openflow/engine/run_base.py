@@ -272,8 +272,13 @@ class RunBase:
                 entry["handoff"] = pn.handoff
             upstream.append(entry)
         data: dict[str, Any] = {}
-        if not upstream and self.s.entrypoint_text.strip():
+        attachments = self.s.entrypoint_attachments
+        if not upstream and (self.s.entrypoint_text.strip() or attachments):
             data["entrypoint"] = {"text": self.s.entrypoint_text}
+            if attachments:
+                data["entrypoint"]["attachments"] = [
+                    a.model_dump(mode="json", exclude_none=True) for a in attachments
+                ]
         data["upstream"] = upstream
         changed: dict[str, dict[str, Any]] = {}
         reads: list[dict[str, Any]] = []
@@ -352,6 +357,7 @@ class RunBase:
         budget = patch.get("reasoning_budget_tokens", agent.reasoning_budget_tokens)
         tool_names = self.offered_tools(node_id)
         conversation = bool(agent.conversation_mode)
+        node_input = self.node_input(node_id)
         request = AgentRequest(
             workflow_id=self.wf.id,
             run_id=self.s.run_id,
@@ -361,9 +367,12 @@ class RunBase:
             provider_id=agent.provider_id or self.wf.settings.provider_id,
             system_messages=tuple(self.system_messages(node)),
             task_prompt=agent.task_prompt,
-            input=self.node_input(node_id),
+            input=node_input,
             output_schema=submission_schema(agent),
             tool_names=tuple(tool_names),
+            entrypoint_attachments=(
+                self.s.entrypoint_attachments if "entrypoint" in node_input else ()
+            ),
             tool_choice="auto" if conversation else "required",
             reasoning_effort=effort if isinstance(effort, str) else None,
             reasoning_budget_tokens=budget if isinstance(budget, int) else None,

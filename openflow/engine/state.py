@@ -23,7 +23,7 @@ from pydantic import (
 from openflow.engine.events import RunEvent, SubagentStatus
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import CallableAgent, Workflow
-from openflow.engine.transcript import ToolCall, TranscriptItem
+from openflow.engine.transcript import Attachment, ToolCall, TranscriptItem
 from openflow.engine.wire import OmitDefaults
 
 RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
@@ -310,6 +310,7 @@ class RunSnapshot(_Model):
     run_id: str
     workflow: Workflow
     entrypoint_text: str = ""
+    entrypoint_attachments: tuple[Attachment, ...] = ()
     execution_dir: str = ""
     project_root: str | None = None
     tool_names: list[str] | None = None
@@ -486,6 +487,7 @@ class InputGiven(_Frozen):
     kind: Literal["input"] = "input"
     node_id: str
     text: str
+    attachments: tuple[Attachment, ...] = ()
 
 
 class ApprovalDecided(_Frozen):

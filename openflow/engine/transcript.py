@@ -36,10 +36,20 @@ class ToolResult(_Model):
 
 
 class Attachment(_Model):
+    """A file given with the entrypoint or a person's words.
+
+    History carries only the reference (`id`, `name`, `media_type`, `size_bytes`, `sha256`, and
+    `uri` naming it in the run store); the model-turn activity fills in `text` (text files) or
+    a `data:` `uri` (images, PDFs) just before a provider sees it.
+    """
+
     name: str
     media_type: str = "application/octet-stream"
     uri: str | None = None
     text: str | None = None
+    id: str | None = None
+    size_bytes: int | None = None
+    sha256: str | None = None
 
 
 class ReasoningBlock(_Model):

@@ -117,7 +117,11 @@ def _action_fact(
     action: c.Action, snapshot: RunSnapshot | None = None, source: str = c.UPDATE_ACT
 ) -> InputGiven | ApprovalDecided | ActionMalformed | RetryRequested | MessageSent:
     if action.kind == "input":
-        return InputGiven(node_id=action.node_id or "", text=action.text or "")
+        return InputGiven(
+            node_id=action.node_id or "",
+            text=action.text or "",
+            attachments=tuple(action.attachments),
+        )
     if action.kind == "approval":
         return approval_fact(action, snapshot, source)
     if action.kind == "retry":
@@ -235,6 +239,7 @@ class OpenFlowRun:
                 inp.run_id,
                 now,
                 entrypoint_text=inp.entrypoint,
+                entrypoint_attachments=inp.attachments,
                 execution_dir=prepared.execution_dir,
                 project_root=inp.project_dir,
                 tool_names=prepared.tool_names,

@@ -11,14 +11,15 @@ import anthropic
 
 from openflow.activities.providers.common import (
     DeltaSink,
+    FilePart,
     ToolCallBuffer,
     claude_reasoning,
-    first_user_text,
+    first_user_parts,
     max_context_tokens,
     resolved,
+    split_attachments,
     tools_and_cache_key,
     wire_call_ids,
-    with_attachments,
 )
 from openflow.activities.providers.errors import (
     TRANSPORT_EXCEPTIONS,
@@ -65,6 +66,18 @@ def _add(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]
         messages.append({"role": role, "content": list(blocks)})
 
 
+def _user_blocks(text: str, files: list[FilePart]) -> list[dict[str, Any]]:
+    """A user turn's text, then its images and PDFs as image and document blocks."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for part in files:
+        source = {"type": "base64", "media_type": part.media_type, "data": part.data}
+        if part.kind == "image":
+            blocks.append({"type": "image", "source": source})
+        else:
+            blocks.append({"type": "document", "source": source, "title": part.name})
+    return blocks
+
+
 def _reasoning_blocks(item: ReasoningItem) -> list[dict[str, Any]]:
     """Thinking blocks Claude can verify on replay (signed text, or redacted data)."""
     blocks: list[dict[str, Any]] = []
@@ -84,7 +97,7 @@ def build_messages(
     """The first user message and the node transcript as Messages API turns."""
     ids = wire_call_ids(transcript)
     messages: list[dict[str, Any]] = []
-    _add(messages, "user", [{"type": "text", "text": first_user_text(request)}])
+    _add(messages, "user", _user_blocks(*first_user_parts(request)))
     for item in resolved(transcript):
         if isinstance(item, AssistantItem):
             if item.content.strip():
@@ -110,8 +123,7 @@ def build_messages(
             }
             _add(messages, "user", [block])
         elif isinstance(item, UserItem):
-            text = with_attachments(item.content, item.attachments)
-            _add(messages, "user", [{"type": "text", "text": text}])
+            _add(messages, "user", _user_blocks(*split_attachments(item.content, item.attachments)))
     return messages
 
 

@@ -11,6 +11,7 @@ import base64
 import json
 import logging
 import os
+import re
 import shlex
 import subprocess
 import threading
@@ -31,14 +32,15 @@ from botocore.exceptions import (
 
 from openflow.activities.providers.common import (
     DeltaSink,
+    FilePart,
     ToolCallBuffer,
     claude_reasoning,
-    first_user_text,
+    first_user_parts,
     max_context_tokens,
     resolved,
+    split_attachments,
     tools_and_cache_key,
     wire_call_ids,
-    with_attachments,
 )
 from openflow.activities.providers.errors import (
     TRANSPORT_EXCEPTIONS,
@@ -115,6 +117,27 @@ def _add(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]
         messages.append({"role": role, "content": list(blocks)})
 
 
+def _user_blocks(text: str, files: list[FilePart]) -> list[dict[str, Any]]:
+    """A user turn's text, then its images and PDFs as Converse image and document blocks."""
+    blocks: list[dict[str, Any]] = [{"text": text}]
+    for i, part in enumerate(files):
+        data = base64.b64decode(part.data)
+        fmt = part.media_type.split("/", 1)[1]
+        if part.kind == "image":
+            blocks.append({"image": {"format": fmt, "source": {"bytes": data}}})
+        else:
+            name = _document_name(part.name, i)
+            blocks.append({"document": {"format": fmt, "name": name, "source": {"bytes": data}}})
+    return blocks
+
+
+def _document_name(name: str, index: int) -> str:
+    """A document name Converse accepts: letters, digits, single spaces, '-', '()' and '[]'."""
+    kept = re.sub(r"[^A-Za-z0-9\-\(\)\[\] ]", " ", name.rsplit(".", 1)[0])
+    kept = re.sub(r"\s+", " ", kept).strip()[:200]
+    return kept or f"document {index + 1}"
+
+
 def _reasoning_blocks(item: ReasoningItem) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for block in item.blocks:
@@ -138,7 +161,7 @@ def build_messages(
     """The first user message and the node transcript as Converse messages."""
     ids = wire_call_ids(transcript)
     messages: list[dict[str, Any]] = []
-    _add(messages, "user", [{"text": first_user_text(request)}])
+    _add(messages, "user", _user_blocks(*first_user_parts(request)))
     for item in resolved(transcript):
         if isinstance(item, AssistantItem):
             if item.content.strip():
@@ -176,7 +199,7 @@ def build_messages(
                 ],
             )
         elif isinstance(item, UserItem):
-            _add(messages, "user", [{"text": with_attachments(item.content, item.attachments)}])
+            _add(messages, "user", _user_blocks(*split_attachments(item.content, item.attachments)))
     return messages
 
 

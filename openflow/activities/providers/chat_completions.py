@@ -11,14 +11,15 @@ import openai
 
 from openflow.activities.providers.common import (
     DeltaSink,
+    FilePart,
     ToolCallBuffer,
-    first_user_text,
+    first_user_parts,
     max_context_tokens,
     resolved,
+    split_attachments,
     system_text,
     tools_and_cache_key,
     wire_call_ids,
-    with_attachments,
 )
 from openflow.activities.providers.errors import (
     TRANSPORT_EXCEPTIONS,
@@ -46,6 +47,21 @@ NO_PROMPT_CACHE_KEY = frozenset({"ollama", "lmstudio"})
 DEFAULT_BASE_URL = "https://api.openai.com"
 
 
+def _user_content(text: str, files: list[FilePart]) -> str | list[dict[str, Any]]:
+    """A user message's content: plain text, or text, image_url and file parts with files."""
+    if not files:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for part in files:
+        if part.kind == "image":
+            parts.append({"type": "image_url", "image_url": {"url": part.data_url}})
+        else:
+            parts.append(
+                {"type": "file", "file": {"filename": part.name, "file_data": part.data_url}}
+            )
+    return parts
+
+
 def build_messages(
     request: AgentRequest, transcript: Sequence[TranscriptItem]
 ) -> list[dict[str, Any]]:
@@ -55,7 +71,7 @@ def build_messages(
     system = system_text(request)
     if system:
         messages.append({"role": "system", "content": system})
-    messages.append({"role": "user", "content": first_user_text(request)})
+    messages.append({"role": "user", "content": _user_content(*first_user_parts(request))})
     for item in resolved(transcript):
         if isinstance(item, AssistantItem):
             if item.content.strip():
@@ -85,9 +101,8 @@ def build_messages(
                 }
             )
         elif isinstance(item, UserItem):
-            messages.append(
-                {"role": "user", "content": with_attachments(item.content, item.attachments)}
-            )
+            content = _user_content(*split_attachments(item.content, item.attachments))
+            messages.append({"role": "user", "content": content})
     return messages
 
 

@@ -98,6 +98,58 @@ def system_text(request: AgentRequest) -> str:
     return "\n\n".join(m for m in request.system_messages if m.strip())
 
 
+@dataclass(frozen=True)
+class FilePart:
+    """An image or a PDF to send in the wire's own block: its media type and base64 bytes."""
+
+    kind: str  # "image" or "document"
+    media_type: str
+    data: str
+    name: str
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.data}"
+
+
+IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+DOCUMENT_MEDIA_TYPES = frozenset({"application/pdf"})
+
+
+def file_part(att: Attachment) -> FilePart | None:
+    """The attachment as a native file part, when its bytes came along as a base64 `data:` URI."""
+    if att.text is not None or not att.uri or not att.uri.startswith("data:"):
+        return None
+    head, sep, data = att.uri[5:].partition(",")
+    media_type, _, encoding = head.partition(";")
+    if not sep or encoding != "base64":
+        return None
+    media_type = media_type or att.media_type
+    if media_type in IMAGE_MEDIA_TYPES:
+        return FilePart("image", media_type, data, att.name)
+    if media_type in DOCUMENT_MEDIA_TYPES:
+        return FilePart("document", media_type, data, att.name)
+    return None
+
+
+def split_attachments(text: str, attachments: Sequence[Attachment]) -> tuple[str, list[FilePart]]:
+    """`text` with the text attachments after it, and the files each wire sends natively."""
+    files: list[FilePart] = []
+    inline: list[Attachment] = []
+    for att in attachments:
+        part = file_part(att)
+        if part is None:
+            inline.append(att)
+        else:
+            files.append(part)
+    return with_attachments(text, inline), files
+
+
+def first_user_parts(request: AgentRequest) -> tuple[str, list[FilePart]]:
+    """The first user message's text (with text attachments) and its native files."""
+    return split_attachments(request.first_user_message(), request.entrypoint_attachments)
+
+
 def render_attachments(attachments: Sequence[Attachment]) -> str:
     """Attachments as text the model can read (text inline, others by name and URI)."""
     parts = []
@@ -105,7 +157,7 @@ def render_attachments(attachments: Sequence[Attachment]) -> str:
         if att.text is not None:
             parts.append(f"Attachment {att.name} ({att.media_type}):\n{att.text}")
         else:
-            where = f" at {att.uri}" if att.uri else ""
+            where = f" at {att.uri}" if att.uri and not att.uri.startswith("data:") else ""
             parts.append(f"Attachment {att.name} ({att.media_type}){where}")
     return "\n\n".join(parts)
 
@@ -228,7 +280,11 @@ __all__ = [
     "DeltaSink",
     "ResolvedItem",
     "ToolCallBuffer",
+    "FilePart",
+    "file_part",
+    "first_user_parts",
     "first_user_text",
+    "split_attachments",
     "longest_fragment_match",
     "max_context_tokens",
     "parse_arguments",

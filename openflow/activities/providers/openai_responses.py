@@ -16,14 +16,15 @@ import openai
 
 from openflow.activities.providers.common import (
     DeltaSink,
+    FilePart,
     ToolCallBuffer,
-    first_user_text,
+    first_user_parts,
     max_context_tokens,
     resolved,
+    split_attachments,
     system_text,
     tools_and_cache_key,
     wire_call_ids,
-    with_attachments,
 )
 from openflow.activities.providers.errors import (
     TRANSPORT_EXCEPTIONS,
@@ -71,12 +72,27 @@ def _reasoning_inputs(item: ReasoningItem) -> list[dict[str, Any]]:
     ]
 
 
+def _user_content(text: str, files: list[FilePart]) -> str | list[dict[str, Any]]:
+    """A user message's content: plain text, or input_text, input_image and input_file parts."""
+    if not files:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "input_text", "text": text}]
+    for part in files:
+        if part.kind == "image":
+            parts.append({"type": "input_image", "image_url": part.data_url, "detail": "auto"})
+        else:
+            parts.append({"type": "input_file", "filename": part.name, "file_data": part.data_url})
+    return parts
+
+
 def build_input(
     request: AgentRequest, transcript: Sequence[TranscriptItem]
 ) -> list[dict[str, Any]]:
     """The first user message and the node transcript as Responses input items."""
     ids = wire_call_ids(transcript)
-    items: list[dict[str, Any]] = [{"role": "user", "content": first_user_text(request)}]
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": _user_content(*first_user_parts(request))}
+    ]
     for item in resolved(transcript):
         if isinstance(item, AssistantItem):
             if item.content.strip():
@@ -103,9 +119,8 @@ def build_input(
                 }
             )
         elif isinstance(item, UserItem):
-            items.append(
-                {"role": "user", "content": with_attachments(item.content, item.attachments)}
-            )
+            content = _user_content(*split_attachments(item.content, item.attachments))
+            items.append({"role": "user", "content": content})
     return items
 
 

@@ -83,6 +83,15 @@ class RunSummary:
     start_time: str | None
 
 
+@dataclass(frozen=True)
+class RunStart:
+    """What a run's start sends to Temporal besides its id and task queue."""
+
+    input: c.RunInput
+    search_attributes: TypedSearchAttributes
+    static_summary: str
+
+
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -110,20 +119,20 @@ class Runs:
 
     # --- start --------------------------------------------------------------------------
 
-    async def start(
+    def start_request(
         self,
         workflow: Workflow,
         entrypoint: str = "",
-        run_id: str | None = None,
+        run_id: str = "",
         project_dir: str | None = None,
         provider_id: str | None = None,
-    ) -> str:
-        """Start a run of `workflow` as it is now; later edits to the file change nothing."""
+    ) -> RunStart:
+        """What starting a run of `workflow` sends, checked; an empty `run_id` means the run
+        takes its workflow id (a schedule's runs, whose ids Temporal makes)."""
         problems = workflow_problems(workflow)
         if problems:
             raise InvalidWorkflow("; ".join(str(p) for p in problems))
         check_entrypoint(entrypoint)
-        run_id = check_run_id(run_id) if run_id else new_run_id()
         attrs = TypedSearchAttributes(
             [
                 SearchAttributePair(SA_STATUS, "running"),
@@ -133,23 +142,38 @@ class Runs:
                 SearchAttributePair(SA_TENANT, self.tenant),
             ]
         )
+        return RunStart(
+            input=c.RunInput(
+                run_id=run_id,
+                workflow=workflow,
+                entrypoint=entrypoint,
+                project_dir=project_dir,
+                provider_id=provider_id,
+                tenant=self.tenant,
+            ),
+            search_attributes=attrs,
+            static_summary=f"{workflow.name} · {entrypoint[:60]}" if entrypoint else workflow.name,
+        )
+
+    async def start(
+        self,
+        workflow: Workflow,
+        entrypoint: str = "",
+        run_id: str | None = None,
+        project_dir: str | None = None,
+        provider_id: str | None = None,
+    ) -> str:
+        """Start a run of `workflow` as it is now; later edits to the file change nothing."""
+        run_id = check_run_id(run_id) if run_id else new_run_id()
+        request = self.start_request(workflow, entrypoint, run_id, project_dir, provider_id)
         try:
             await self.client.start_workflow(
                 c.WORKFLOW_NAME,
-                c.RunInput(
-                    run_id=run_id,
-                    workflow=workflow,
-                    entrypoint=entrypoint,
-                    project_dir=project_dir,
-                    provider_id=provider_id,
-                    tenant=self.tenant,
-                ),
+                request.input,
                 id=run_id,
                 task_queue=self.task_queue,
-                search_attributes=attrs,
-                static_summary=f"{workflow.name} · {entrypoint[:60]}"
-                if entrypoint
-                else workflow.name,
+                search_attributes=request.search_attributes,
+                static_summary=request.static_summary,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 task_timeout=c.WORKFLOW_TASK_TIMEOUT,
             )
@@ -352,6 +376,7 @@ __all__ = [
     "RunConflict",
     "RunError",
     "RunNotFound",
+    "RunStart",
     "RunSummary",
     "Runs",
     "action_from",

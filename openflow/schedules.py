@@ -295,6 +295,16 @@ class Schedules:
 
         Returns "created", "updated", "deleted" or "none" (no schedule, none to delete).
         """
+        try:
+            return await self._apply(workflow, project_dir)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.INVALID_ARGUMENT:
+                raise
+            raise ScheduleInvalid(
+                f"workflow {workflow.id!r}: Temporal refused settings.schedule: {exc.message}"
+            ) from None
+
+    async def _apply(self, workflow: Workflow, project_dir: str | None) -> str:
         built = self.build(workflow, project_dir)
         found = await self._find(schedule_id(workflow.id))
         if built is None:

@@ -107,7 +107,7 @@ _FIELDS = (
     ("month", 1, 12, _MONTHS),
     ("day of week", 0, 7, _DAYS),
 )
-_ITEM = re.compile(r"^(?P<range>\*|\?|[A-Za-z0-9]+(?:-[A-Za-z0-9]+)?)(?:/(?P<step>\d+))?$")
+_ITEM = re.compile(r"^(?P<range>\*|[A-Za-z0-9]+(?:-[A-Za-z0-9]+)?)(?:/(?P<step>\d+))?$")
 
 
 def cron_problem(expression: str) -> str | None:
@@ -124,9 +124,7 @@ def cron_problem(expression: str) -> str | None:
             if step is not None and int(step) < 1:
                 return f"the {name} field {text!r} has a step of 0"
             part = match["range"]
-            if part in ("*", "?"):
-                if part == "?" and name not in ("day of month", "day of week"):
-                    return f"'?' is only for the day fields, not the {name}"
+            if part == "*":
                 continue
             for bound in part.split("-"):
                 value = _cron_value(bound, names)

@@ -47,7 +47,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
 from openflow.catalog import Catalog
-from openflow.client import Runs
+from openflow.client import RunError, Runs
 from openflow.engine.errors import LimitExceeded
 from openflow.engine.limits import check_entrypoint
 from openflow.engine.spec import Workflow
@@ -224,6 +224,8 @@ class SyncReport:
     unchanged: list[str] = field(default_factory=list)
     #: Another catalog's schedule holds the id.
     skipped: list[str] = field(default_factory=list)
+    #: "<schedule id>: <why>" for workflows that do not validate (their schedule is left alone).
+    invalid: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -380,7 +382,11 @@ class Schedules:
             source = next((s for s in choices if s in scheduled), sorted(scheduled, key=str)[0])
             desired[schedule_id(wid)] = (scheduled[source], source)
         for sid, (wf, source) in desired.items():
-            built = self.build(wf, source)
+            try:
+                built = self.build(wf, source)
+            except (ScheduleInvalid, RunError) as exc:
+                report.invalid.append(f"{sid}: {exc}")
+                continue
             assert built is not None
             schedule, digest = built
             try:
@@ -479,8 +485,8 @@ class Schedules:
         if payload is None:
             return {}
         try:
-            [value] = await self.client.data_converter.decode([payload])  # type: ignore[list-item]
-        except Exception:  # noqa: BLE001 - a hand-made memo is no reason to fail
+            [value] = await self.client.data_converter.decode([payload])
+        except Exception:  # noqa: BLE001 - a memo made by hand is no reason to fail a command
             return {}
         return value if isinstance(value, dict) else {}
 

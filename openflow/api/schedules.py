@@ -52,6 +52,7 @@ class SyncOut(BaseModel):
     deleted: list[str]
     unchanged: list[str]
     skipped: list[str]
+    invalid: list[str]
 
 
 @contextmanager

@@ -116,6 +116,8 @@ def cmd_schedules_sync(args: argparse.Namespace) -> int:
         ):
             for sid in ids:
                 print(f"{verb} {sid}")
+        for line in report.invalid:
+            print(f"left alone {line}")
         print(
             f"{len(report.created)} created, {len(report.updated)} updated, "
             f"{len(report.deleted)} deleted, {len(report.unchanged)} unchanged"

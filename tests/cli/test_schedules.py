@@ -32,6 +32,7 @@ from tests.cli.conftest import (
     workflow,
     write_workflow,
 )
+from tests.workflows.conftest import history_replayer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 T = TypeVar("T")
@@ -122,6 +123,10 @@ async def test_a_saved_schedule_starts_a_run_and_skips_while_it_goes(
     state = await wait_state(runs, run_id, lambda s: s["status"] == "completed")
     assert state["outputs"]["gate"] == {"summary": "scheduled hello"}
     assert len((await schedules.get(wid)).recent_runs) == 1
+    # The empty run id the schedule carries replays deterministically, under the sandbox.
+    await history_replayer().replay_workflow(
+        await client.get_workflow_handle(run_id).fetch_history()
+    )
 
     listing = await cli("schedules", "list", "--json")
     [entry] = [s for s in listing.json() if s["schedule_id"] == sid]

@@ -194,6 +194,22 @@ async def test_resave_disable_delete_and_sync(
     with pytest.raises(RPCError):
         await handle.describe()
 
+    # A project's workflow: its runs work in the project, and sync finds it there.
+    project = tmp_path / "project"
+    project.mkdir()
+    saved = await cli("workflows", "save", str(path), "--project", str(project))
+    assert saved.code == 0, saved.stderr
+    assert (project / ".flow" / "workflows" / f"{wid}.workflow.json").is_file()
+    shown = await schedules.get(wid)
+    assert shown.project_dir == str(project.resolve())
+
+    async def kept() -> bool:
+        report = await schedules.sync(Catalog(home))
+        assert not report.deleted
+        return report.unchanged == [sid]
+
+    await poll(kept)
+
 
 async def test_bad_schedules_are_refused_and_nothing_is_saved(
     openflow_env: dict[str, str], client: Client, tmp_path: Path
@@ -210,6 +226,8 @@ async def test_bad_schedules_are_refused_and_nothing_is_saved(
         args = ("workflows", "save", str(path))
         result = await (openflow(openflow_env, *args) if n == 0 else cli(*args))
         assert_one_line_error(result, f"workflow {wid!r}", expected)
+        validated = await cli("validate", str(path))
+        assert validated.code == 2 and expected in validated.stdout
     assert not (home / "workflows.json").exists()
     with pytest.raises(RPCError):
         await client.get_schedule_handle(schedule_id(wid)).describe()

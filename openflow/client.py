@@ -12,12 +12,14 @@ Errors:
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -34,9 +36,12 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import check_entrypoint, check_message
 from openflow.engine.spec import Workflow
+
+logger = logging.getLogger(__name__)
 
 SA_STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
 SA_WORKFLOW_ID = SearchAttributeKey.for_keyword(c.SA_WORKFLOW_ID)
@@ -90,6 +95,40 @@ class RunStart:
     input: c.RunInput
     search_attributes: TypedSearchAttributes
     static_summary: str
+
+
+_EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
+
+
+def parse_state(data: Mapping[str, Any]) -> WorkflowRunState:
+    """The `state` query's JSON as the engine's own projection model."""
+    return WorkflowRunState.model_validate(data)
+
+
+def parse_event(data: Mapping[str, Any]) -> RunEvent | None:
+    """One event of the `events` query as its RunEvent variant; None (logged) when it does not
+    match a variant this version knows."""
+    try:
+        return _EVENT.validate_python(data)
+    except ValidationError:
+        logger.warning("run event of type %r does not match its model", data.get("type"))
+        return None
+
+
+def parse_events(data: Iterable[Mapping[str, Any]]) -> list[RunEvent]:
+    """The `events` query's JSON as RunEvent models, in order."""
+    return [event for event in map(parse_event, data) if event is not None]
+
+
+def state_json(state: WorkflowRunState) -> dict[str, Any]:
+    """A projection as the `state` query and `GET /runs/{id}` show it (camelCase keys)."""
+    return state.as_json()
+
+
+def event_json(event: RunEvent, *, by_alias: bool = False) -> dict[str, Any]:
+    """An event as the `events` query shows it (snake_case); `by_alias` as the API does."""
+    data: dict[str, Any] = _EVENT.dump_python(event, mode="json", by_alias=by_alias)
+    return data
 
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -204,14 +243,24 @@ class Runs:
         return handle
 
     async def state(self, run_id: str) -> dict[str, Any]:
+        """The `state` query's JSON as it is (see `run_state` for the model)."""
         handle = await self.handle(run_id)
         state: dict[str, Any] = await handle.query(c.QUERY_STATE, result_type=dict)
         return state
 
+    async def run_state(self, run_id: str) -> WorkflowRunState:
+        """The run's state projection, parsed once here for every reader."""
+        return parse_state(await self.state(run_id))
+
     async def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
-        """The run's events after `after`, gap-free across continue-as-new and resume."""
+        """The run's events after `after` as the `events` query's JSON (see `run_events`)."""
         handle = await self.handle(run_id)
         return await events_after(self.client, handle, after)
+
+    async def run_events(self, run_id: str, after: int = 0) -> list[RunEvent]:
+        """The run's events after `after` as RunEvent models, gap-free across continue-as-new
+        and resume."""
+        return parse_events(await self.events(run_id, after))
 
     async def status(self, run_id: str) -> str:
         handle = await self.handle(run_id)
@@ -219,8 +268,7 @@ class Runs:
         if desc.status == WorkflowExecutionStatus.RUNNING:
             return desc.typed_search_attributes.get(SA_STATUS) or "running"
         if desc.status == WorkflowExecutionStatus.COMPLETED:
-            state = await self.state(run_id)
-            return str(state.get("status", "completed"))
+            return (await self.run_state(run_id)).status
         return CLOSED_STATUS.get(desc.status, "failed") if desc.status else "failed"
 
     async def list(
@@ -381,6 +429,11 @@ __all__ = [
     "Runs",
     "action_from",
     "check_action_texts",
+    "event_json",
     "events_after",
     "new_run_id",
+    "parse_event",
+    "parse_events",
+    "parse_state",
+    "state_json",
 ]

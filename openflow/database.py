@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
+
+from openflow.settings import runtime_settings
 
 if TYPE_CHECKING:  # psycopg loads in ~0.2 s: only processes that use a database pay for it
     import psycopg
@@ -64,8 +65,8 @@ class SchemaTooNew(DatabaseError):
 
 def database_url(env: Mapping[str, str] | None = None) -> str | None:
     """`OPENFLOW_DATABASE_URL` when set (None: run state stays under `$OPENFLOW_HOME`)."""
-    value = (os.environ if env is None else env).get("OPENFLOW_DATABASE_URL", "").strip()
-    return value or None
+    url = runtime_settings(env, only=("database_url",)).database_url
+    return url.get_secret_value() if url is not None else None
 
 
 def describe_url(url: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -14,9 +13,9 @@ WORKFLOW_FILE_SUFFIX = ".workflow.json"
 
 def openflow_home(env: Mapping[str, str] | None = None) -> Path:
     """`$OPENFLOW_HOME`, defaulting to `~/.openflow`."""
-    source = os.environ if env is None else env
-    value = source.get("OPENFLOW_HOME", "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".openflow"
+    from openflow.settings import runtime_settings  # settings.py re-exports this function
+
+    return runtime_settings(env, only=("home",)).home
 
 
 def app_workflows_path(home: Path) -> Path:

@@ -41,6 +41,7 @@ from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow.paths import openflow_home
+from openflow.settings import runtime_settings
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -128,17 +129,17 @@ class ServerError(RuntimeError):
 
 def temporal_address() -> str:
     """Return the Temporal frontend address every OpenFlow process connects to."""
-    return os.environ.get("OPENFLOW_TEMPORAL_ADDRESS") or DEFAULT_ADDRESS
+    return runtime_settings(only=("temporal_address",)).temporal_address or DEFAULT_ADDRESS
 
 
 def temporal_namespace() -> str:
     """Return the Temporal namespace OpenFlow runs in."""
-    return os.environ.get("OPENFLOW_NAMESPACE") or DEFAULT_NAMESPACE
+    return runtime_settings(only=("namespace",)).namespace or DEFAULT_NAMESPACE
 
 
 def task_queue() -> str:
     """Return the task queue OpenFlow workers poll and clients start runs on."""
-    return os.environ.get("OPENFLOW_TASK_QUEUE") or DEFAULT_TASK_QUEUE
+    return runtime_settings(only=("task_queue",)).task_queue or DEFAULT_TASK_QUEUE
 
 
 def find_temporal_binary() -> Path:

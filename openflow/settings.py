@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -340,11 +340,13 @@ _FALSE = ("0", "false", "no", "off")
 
 
 class RuntimeSettings(BaseSettings):
-    """Process settings from `OPENFLOW_*` environment variables (CONTRACT section 2).
+    """Process settings from `OPENFLOW_*` environment variables (CONTRACT sections 2 and 8).
 
-    Every variable is checked here, before anything uses it; `runtime_settings()` turns a bad
-    one into a SettingsError of one line naming the variable and what to give instead. The
-    Temporal connection (`OPENFLOW_TEMPORAL_ADDRESS`, `OPENFLOW_NAMESPACE`) is read as it is.
+    Every `OPENFLOW_*` variable the package reads is a field here, and read through
+    `runtime_settings()`, which turns a bad one into a SettingsError of one line naming the
+    variable and what to give instead. An empty variable is an unset one. The Temporal
+    connection (`OPENFLOW_TEMPORAL_ADDRESS`, `OPENFLOW_NAMESPACE`) is read as it is; Temporal's
+    own `TEMPORAL_*` variables belong to `openflow.connect`.
     """
 
     model_config = SettingsConfigDict(env_prefix="OPENFLOW_", extra="ignore", env_ignore_empty=True)
@@ -355,6 +357,16 @@ class RuntimeSettings(BaseSettings):
     task_queue: str = "openflow"
     ui_url: str | None = None
     script: Path | None = None
+    #: The cluster database (`postgresql://...`); unset, run state stays under `home`.
+    database_url: SecretStr | None = Field(default=None, repr=False)
+    #: Each run's workspace at `<workspaces>/<run_id>` (a volume every worker mounts).
+    workspaces: str | None = None
+    #: Tenant API keys: `key=tenant` pairs separated by commas, or `@PATH` of a file of them.
+    api_keys: SecretStr | None = Field(default=None, repr=False)
+    #: Whether prompt and completion text may go into trace spans (1, true, yes or on).
+    trace_content: bool = False
+    #: Any value: the CLI shows a traceback for an unexpected error instead of one line.
+    debug: str | None = None
     #: Confinement of tool processes (bash, ast-grep): `auto` uses bubblewrap when it works,
     #: `required` refuses to start them without it, `off` never confines them.
     tool_sandbox: Literal["auto", "required", "off"] = "auto"
@@ -372,6 +384,8 @@ class RuntimeSettings(BaseSettings):
         text = str(value)
         if "\x00" in text:
             raise ValueError("contains a NUL character — give a folder path")
+        if not text.strip():
+            return Path.home() / ".openflow"
         path = Path(text.strip()).expanduser()
         if path.exists() and not path.is_dir():
             raise ValueError("is a file, not a folder — give a folder (created when missing)")
@@ -393,7 +407,7 @@ class RuntimeSettings(BaseSettings):
     @field_validator("ui_url", mode="before")
     @classmethod
     def _ui_url(cls, value: Any) -> Any:
-        if value is None:
+        if value is None or not str(value).strip():
             return None
         text = str(value).strip()
         parsed = urlsplit(text)
@@ -425,7 +439,17 @@ class RuntimeSettings(BaseSettings):
     @field_validator("workflow_sandbox", mode="before")
     @classmethod
     def _workflow_sandbox(cls, value: Any) -> Any:
-        return parse_switch(str(value))
+        return bool(str(value).strip()) and parse_switch(str(value))
+
+    @field_validator("trace_content", mode="before")
+    @classmethod
+    def _trace_content(cls, value: Any) -> Any:
+        return str(value).strip().lower() in _TRUE
+
+    @field_validator("database_url", "workspaces", "api_keys", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        return None if value is None or not str(value).strip() else str(value).strip()
 
 
 def parse_tool_budget(text: str) -> int:
@@ -446,24 +470,35 @@ def parse_switch(text: str) -> bool:
     raise ValueError("is neither on nor off — give 1 or 0 (or true/false, yes/no, on/off)")
 
 
-def runtime_settings() -> RuntimeSettings:
-    """The process's `OPENFLOW_*` variables, each checked.
+def runtime_settings(
+    env: Mapping[str, str] | None = None, *, only: Iterable[str] | None = None
+) -> RuntimeSettings:
+    """The `OPENFLOW_*` variables of `env` (the process environment by default), each checked.
 
-    Raises SettingsError naming the first bad variable, its value (unless it is a URL, which
-    may carry a password) and what to give instead.
+    `only` names the fields to read (the others keep their defaults), so a part of the package
+    that needs one variable is not stopped by a bad one it never uses; the CLI checks them all
+    before any command runs. Raises SettingsError naming the first bad variable, its value
+    (unless it may carry a secret) and what to give instead.
     """
     try:
-        return RuntimeSettings()
+        if env is None and only is None:
+            return RuntimeSettings()
+        source = os.environ if env is None else env
+        fields = RuntimeSettings.model_fields if only is None else only
+        values = {name: source.get(_PREFIX + name.upper(), "") for name in fields}
+        return RuntimeSettings.model_validate({k: v for k, v in values.items() if v})
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         field = str(error["loc"][0]) if error["loc"] else ""
         variable = _PREFIX + field.upper()
-        shown = "" if field == "ui_url" else f"={os.environ.get(variable, '')!r}"
+        value = (os.environ if env is None else env).get(variable, "")
+        shown = "" if field in _NOT_SHOWN else f"={value!r}"
         reason = str(error["msg"]).removeprefix("Value error, ")
         raise SettingsError(f"{variable}{shown}: {reason}") from None
 
 
 _PREFIX = "OPENFLOW_"
+_NOT_SHOWN = frozenset({"ui_url", "database_url", "api_keys"})
 
 
 __all__ = [

@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from openflow.settings import runtime_settings
+
 logger = logging.getLogger(__name__)
 
 TRACES_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -60,8 +62,7 @@ def tracing_configured(env: Mapping[str, str] | None = None) -> bool:
 
 def content_enabled(env: Mapping[str, str] | None = None) -> bool:
     """Whether prompt and completion text may go into spans."""
-    env = os.environ if env is None else env
-    return env.get(CONTENT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return runtime_settings(env, only=("trace_content",)).trace_content
 
 
 def enabled() -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import importlib
 import importlib.metadata
-import os
 import sys
 import threading
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ from openflow.activities.tools.confine import announce as announce_confinement
 from openflow.backends import open_backends
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
-from openflow.settings import SettingsError, load_settings, parse_switch
+from openflow.settings import load_settings, runtime_settings
 from openflow.workflows.run import EngineFault, OpenFlowRun
 
 #: Bugs in engine or workflow code fail the run visibly instead of retrying its task forever.
@@ -59,11 +58,7 @@ def workflow_runner(sandboxed: bool | None = None) -> WorkflowRunner:
     OPENFLOW_WORKFLOW_SANDBOX=1 turns it on.
     """
     if sandboxed is None:
-        text = os.environ.get("OPENFLOW_WORKFLOW_SANDBOX", "").strip()
-        try:
-            sandboxed = bool(text) and parse_switch(text)
-        except ValueError as exc:
-            raise SettingsError(f"OPENFLOW_WORKFLOW_SANDBOX={text!r}: {exc}") from None
+        sandboxed = runtime_settings(only=("workflow_sandbox",)).workflow_sandbox
     return sandbox_runner() if sandboxed else UnsandboxedWorkflowRunner()
 
 

@@ -44,9 +44,8 @@ from openflow.paths import agents_path
 from openflow.settings import (
     AppSettings,
     ProviderProfile,
-    SettingsError,
     load_settings,
-    parse_tool_budget,
+    runtime_settings,
 )
 
 log = logging.getLogger(__name__)
@@ -116,11 +115,7 @@ ProviderFactory = Callable[[str, ProviderProfile, AppSettings], Any]
 
 
 def _tool_budget(env: Mapping[str, str]) -> int:
-    text = env.get("OPENFLOW_TOOL_BUDGET", "") or "16"
-    try:
-        return parse_tool_budget(text)
-    except ValueError as exc:
-        raise SettingsError(f"OPENFLOW_TOOL_BUDGET={text!r}: {exc}") from None
+    return runtime_settings(env, only=("tool_budget",)).tool_budget
 
 
 class RunActivities:
@@ -299,7 +294,7 @@ class RunActivities:
         if inp.project_dir:
             require_folder(Path(inp.project_dir))
             return inp.project_dir
-        root = self.env.get("OPENFLOW_WORKSPACES", "").strip()
+        root = runtime_settings(self.env, only=("workspaces",)).workspaces or ""
         if not root:
             folder = self.home / "runs" / inp.run_id / "workspace"
             folder.mkdir(parents=True, exist_ok=True)

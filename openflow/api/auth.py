@@ -19,16 +19,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
 import threading
 from pathlib import Path
 
 from openflow.api.errors import Unauthorized
-from openflow.settings import SETTINGS_FILE, SettingsError, load_settings
+from openflow.settings import SETTINGS_FILE, SettingsError, load_settings, runtime_settings
 
 API_KEYS_VARIABLE = "OPENFLOW_API_KEYS"
 _UNREAD = object()
+
+
+def _env_keys() -> str:
+    keys = runtime_settings(only=("api_keys",)).api_keys
+    return keys.get_secret_value() if keys is not None else ""
+
+
 _FORMS = "give KEY=TENANT pairs separated by commas, or @PATH of a file with one pair a line"
 
 
@@ -93,7 +99,7 @@ class TenantKeys:
     ) -> None:
         self.home = home
         self.require_keys = require_keys
-        self.env_keys = os.environ.get(API_KEYS_VARIABLE, "") if env_keys is None else env_keys
+        self.env_keys = _env_keys() if env_keys is None else env_keys
         self._lock = threading.Lock()
         self._text: object = _UNREAD
         self._digests: list[tuple[bytes, str]] = []

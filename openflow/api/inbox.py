@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     RPCTimeoutOrCancelledError,
@@ -27,7 +28,14 @@ from openflow.api.deps import ContextDep, RunsDep
 from openflow.api.errors import documented
 from openflow.api.models import InboxAction, InboxItem
 from openflow.api.routing import StrictJsonRoute
-from openflow.client import SA_AWAITING, SA_TENANT, SA_WORKFLOW_ID, SA_WORKFLOW_NAME
+from openflow.client import (
+    SA_AWAITING,
+    SA_TENANT,
+    SA_WORKFLOW_ID,
+    SA_WORKFLOW_NAME,
+    parse_state,
+)
+from openflow.engine import WorkflowRunState
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +78,16 @@ async def _items_of_run(
         return []
     async with gate:
         try:
-            state: dict[str, Any] = await client.get_workflow_handle(wf.id).query(
+            raw: dict[str, Any] = await client.get_workflow_handle(wf.id).query(
                 c.QUERY_STATE, result_type=dict, rpc_timeout=STATE_TIMEOUT
             )
         except (RPCError, RPCTimeoutOrCancelledError, WorkflowQueryFailedError) as exc:
             logger.warning("inbox skips run %s: its state query failed (%s)", wf.id, exc)
+            return []
+        try:
+            state = parse_state(raw)
+        except ValidationError as exc:
+            logger.warning("inbox skips run %s: its state does not parse (%s)", wf.id, exc)
             return []
     start_ms = int(wf.start_time.timestamp() * 1000) if wf.start_time else None
     base = {
@@ -87,7 +100,7 @@ async def _items_of_run(
 
 
 def pending_items(
-    state: dict[str, Any],
+    state: WorkflowRunState,
     base: dict[str, str],
     start_ms: int | None = None,
     awaiting: list[str] | None = None,
@@ -97,26 +110,25 @@ def pending_items(
     `awaiting` is the run's `OpenFlowAwaiting` search attribute: a node it names that the state
     shows no pause for still waits for input.
     """
-    if state.get("active") is False:
+    if not state.active:
         return []
     run_id = base["run_id"]
     run_path = f"/runs/{quote(run_id, safe='')}"
     labels = _labels(state)
     items: list[InboxItem] = []
-    for approval in state.get("pendingApprovals") or []:
-        node = str(approval.get("nodeId", ""))
-        approval_id = str(approval.get("approvalId", ""))
-        path = f"{run_path}/approvals/{quote(approval_id, safe='')}"
+    for approval in state.pending_approvals:
+        node = approval.node_id
+        path = f"{run_path}/approvals/{quote(approval.approval_id, safe='')}"
         items.append(
             InboxItem(
                 **base,
                 kind="approval",
                 node_id=node,
-                label=approval.get("nodeLabel") or labels.get(node, node),
-                approval_id=approval_id,
-                tool_call=approval.get("toolCall"),
-                tool_calls=list(approval.get("toolCalls") or []),
-                tier=approval.get("tier"),
+                label=approval.node_label or labels.get(node, node),
+                approval_id=approval.approval_id,
+                tool_call=approval.tool_call,
+                tool_calls=list(approval.tool_calls),
+                tier=approval.tier,
                 since_ms=_since(state, node, "paused") or start_ms,
                 actions=[
                     InboxAction(label="approve", path=path, body={"allow": True}),
@@ -124,12 +136,11 @@ def pending_items(
                 ],
             )
         )
-    structured = state.get("structuredInputByNode") or {}
-    statuses = state.get("statusByNode") or {}
+    statuses = state.status_by_node
     covered = {item.node_id for item in items} | {
         node for node, status in statuses.items() if status in ("failed", "interrupted")
     }
-    inputs = list(state.get("awaitingNodeIds") or [])
+    inputs = list(state.awaiting_node_ids)
     inputs += [n for n in awaiting or [] if n not in inputs and n not in covered and n in statuses]
     for node in inputs:
         items.append(
@@ -139,7 +150,7 @@ def pending_items(
                 node_id=node,
                 label=labels.get(node, node),
                 question=_question(state, node),
-                structured_input=structured.get(node),
+                structured_input=state.structured_input_by_node.get(node),
                 since_ms=_since(state, node, "paused") or start_ms,
                 actions=[
                     InboxAction(
@@ -150,12 +161,7 @@ def pending_items(
                 ],
             )
         )
-    subagents = {
-        str(sub.get("id"))
-        for subs in (state.get("subagentsByNode") or {}).values()
-        for sub in subs or []
-        if isinstance(sub, dict)
-    }
+    subagents = {sub.id for subs in state.subagents_by_node.values() for sub in subs}
     for node, status in sorted(statuses.items()):
         if status not in ("failed", "interrupted") or node in subagents:
             continue
@@ -177,39 +183,36 @@ def pending_items(
     return items
 
 
-def _labels(state: dict[str, Any]) -> dict[str, str]:
+def _labels(state: WorkflowRunState) -> dict[str, str]:
     labels: dict[str, str] = {}
-    for entry in state.get("runTrace") or []:
-        node = entry.get("nodeId")
-        label = entry.get("nodeLabel")
-        if node and label and entry.get("status") in ("queued", "paused", "failed"):
-            labels[node] = label
+    for entry in state.run_trace:
+        if entry.node_id and entry.node_label and entry.status in ("queued", "paused", "failed"):
+            labels[entry.node_id] = entry.node_label
     return labels
 
 
-def _since(state: dict[str, Any], node: str, status: str) -> int | None:
-    for entry in reversed(state.get("runTrace") or []):
-        if entry.get("nodeId") == node and entry.get("status") == status:
-            at = entry.get("atMs")
-            return int(at) if isinstance(at, int) and at > 0 else None
+def _since(state: WorkflowRunState, node: str, status: str) -> int | None:
+    for entry in reversed(state.run_trace):
+        if entry.node_id == node and entry.status == status:
+            at = entry.at_ms
+            return at if at is not None and at > 0 else None
     return None
 
 
-def _question(state: dict[str, Any], node: str) -> str | None:
-    for message in reversed((state.get("chatLogs") or {}).get(node) or []):
-        role = message.get("role")
-        if role == "user":
+def _question(state: WorkflowRunState, node: str) -> str | None:
+    for message in reversed(state.chat_logs.get(node, [])):
+        if message.role == "user":
             return None
-        if role == "assistant" and str(message.get("content", "")).strip():
-            return str(message["content"])
+        if message.role == "assistant" and message.content.strip():
+            return message.content
     return None
 
 
-def _failure(state: dict[str, Any], node: str) -> str | None:
-    for entry in reversed(state.get("runTrace") or []):
-        if entry.get("nodeId") == node and entry.get("status") == "failed":
-            return str(entry.get("message", "")) or None
-    return state.get("lastError")
+def _failure(state: WorkflowRunState, node: str) -> str | None:
+    for entry in reversed(state.run_trace):
+        if entry.node_id == node and entry.status == "failed":
+            return entry.message or None
+    return state.last_error
 
 
 def _quoted(value: str) -> str:

@@ -9,7 +9,6 @@ Content-Security-Policy: no inline script, no framing, nothing fetched from anot
 from __future__ import annotations
 
 import html
-import os
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import quote
@@ -20,6 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from openflow.api.deps import ContextDep
 from openflow.api.errors import NotFound
+from openflow.settings import runtime_settings
 
 ASSETS = Path(__file__).with_name("ui")
 ASSET_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
@@ -44,7 +44,7 @@ RunId = Annotated[str, PathParam(min_length=1, max_length=1000)]
 
 def temporal_ui_url(address: str) -> str:
     """The Temporal Web UI's base URL: `OPENFLOW_UI_URL` (the Web UI base URL `openflow run` uses too), else the gRPC port + 1000."""
-    configured = os.environ.get(TEMPORAL_UI_VARIABLE, "").strip()
+    configured = runtime_settings(only=("ui_url",)).ui_url
     if configured:
         return configured.rstrip("/")
     host, _, port = address.rpartition(":")

@@ -6,7 +6,6 @@ from pathlib import Path as FsPath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
-from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from openflow import contracts as c
@@ -24,7 +23,7 @@ from openflow.api.models import (
     StartRun,
 )
 from openflow.api.routing import StrictJsonRoute
-from openflow.api.sse import MEDIA_TYPE, event_stream, wants_stream
+from openflow.api.sse import MEDIA_TYPE, event_stream, stream_response, wants_stream
 from openflow.api.workflows import check_workflow
 from openflow.catalog import Catalog
 from openflow.client import RunSummary
@@ -126,9 +125,9 @@ async def list_runs(
     response_model=WorkflowRunState,
     responses=documented(401, 404, 422, 503),
 )
-async def get_run(run_id: RunId, runs: RunsDep) -> dict[str, Any]:
+async def get_run(run_id: RunId, runs: RunsDep) -> WorkflowRunState:
     """The run as a person sees it (the `state` query)."""
-    return await runs.state(run_id)
+    return await runs.run_state(run_id)
 
 
 @router.get(
@@ -168,7 +167,7 @@ async def get_events(
     """The run's durable events after a sequence number, as JSON or as a live stream."""
     start = max(after, last_event_id or 0)
     if not wants_stream(request.headers.get("accept")):
-        return await runs.events(run_id, start)
+        return await runs.run_events(run_id, start)
     handle = await runs.handle(run_id)
     stream = event_stream(
         runs.client,
@@ -180,11 +179,7 @@ async def get_events(
         poll_interval=context.poll_interval,
         keepalive_interval=context.keepalive_interval,
     )
-    return StreamingResponse(
-        stream,
-        media_type=MEDIA_TYPE,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return stream_response(stream)
 
 
 async def _act(runs: RunsDep, run_id: str, action: c.Action) -> ActionResult:

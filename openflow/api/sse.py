@@ -21,22 +21,23 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, Protocol
 
-from pydantic import TypeAdapter, ValidationError
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from temporalio.api.enums.v1 import PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow.api.errors import as_http_error, error_body
-from openflow.client import events_after
-from openflow.engine.events import RunEvent
+from openflow.client import event_json, events_after, parse_events
+from openflow.engine import RunEvent
+from openflow.engine.events import Error
 
 logger = logging.getLogger(__name__)
 
 MEDIA_TYPE = "text/event-stream"
+SEPARATOR = "\n"
 RECONNECT_MS = 2000
 QUERY_TIMEOUT = timedelta(seconds=10)
 CLOSED_CHECK_SECONDS = 1.0
-_EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
 _FINAL_TYPES = frozenset({"Finished", "NodeFailed", "Aborted"})
 _TRANSIENT = frozenset(
     {
@@ -59,40 +60,38 @@ def wants_stream(accept: str | None) -> bool:
     return bool(accept) and MEDIA_TYPE in (accept or "").lower()
 
 
-def is_final(event: dict[str, Any]) -> bool:
+def is_final(event: RunEvent) -> bool:
     """Whether a durable event ends the run."""
-    kind = event.get("type")
-    if kind in _FINAL_TYPES:
+    if event.type in _FINAL_TYPES:
         return True
-    return kind == "Error" and not str(event.get("message", "")).startswith("ignored ")
+    return isinstance(event, Error) and not event.message.startswith("ignored ")
 
 
-def public_event(event: dict[str, Any]) -> dict[str, Any]:
-    """An event as the API shows it: the RunEvent model's JSON (raw when the model rejects it)."""
-    try:
-        parsed = _EVENT.validate_python(event)
-    except ValidationError:
-        logger.warning("run event of type %r does not match its model", event.get("type"))
-        return event
-    data: dict[str, Any] = _EVENT.dump_python(parsed, mode="json", by_alias=True)
-    return data
+def public_event(event: RunEvent) -> dict[str, Any]:
+    """An event as the API shows it: the RunEvent model's JSON."""
+    return event_json(event, by_alias=True)
 
 
-def frame(data: dict[str, Any], *, event_id: int | None = None, event: str | None = None) -> str:
-    """One SSE message."""
-    lines = []
-    if event_id is not None:
-        lines.append(f"id: {event_id}")
-    if event is not None:
-        lines.append(f"event: {event}")
-    lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
-    return "\n".join(lines) + "\n\n"
+def frame(
+    data: dict[str, Any], *, event_id: int | None = None, event: str | None = None
+) -> ServerSentEvent:
+    """One SSE message: compact JSON data, `\\n` line ends (what the run page splits on)."""
+    return ServerSentEvent(
+        json.dumps(data, ensure_ascii=False, separators=(",", ":")),
+        id=None if event_id is None else str(event_id),
+        event=event,
+        sep=SEPARATOR,
+    )
+
+
+def _comment(text: str) -> ServerSentEvent:
+    return ServerSentEvent(comment=text, sep=SEPARATOR)
 
 
 async def _query_events(
     client: Client, handle: WorkflowHandle[Any, Any], after: int
-) -> list[dict[str, Any]]:
-    return await events_after(client, handle, after, rpc_timeout=QUERY_TIMEOUT)
+) -> list[RunEvent]:
+    return parse_events(await events_after(client, handle, after, rpc_timeout=QUERY_TIMEOUT))
 
 
 async def _in_history(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -162,7 +161,7 @@ class _Follower:
         while True:
             try:
                 batch = await _query_events(self.client, self.handle, self.last)
-                fresh = any(int(e.get("seq", 0)) > self.last for e in batch)
+                fresh = any(e.seq > self.last for e in batch)
                 if fresh and not await _in_history(self.handle):
                     await asyncio.sleep(self.poll_interval)
                     continue
@@ -185,11 +184,11 @@ class _Follower:
                 logger.info("event stream of %s: Temporal did not answer (%s)", self.run_id, exc)
             await asyncio.sleep(self.poll_interval)
 
-    async def _emit(self, batch: list[dict[str, Any]]) -> bool:
+    async def _emit(self, batch: list[RunEvent]) -> bool:
         """Queue new events; True once the run's final event went out."""
-        fresh = [e for e in batch if int(e.get("seq", 0)) > self.last]
+        fresh = [e for e in batch if e.seq > self.last]
         for event in fresh:
-            self.last = int(event["seq"])
+            self.last = event.seq
             await self.queue.put(("event", event))
         if fresh and is_final(fresh[-1]):
             await self.queue.put(("end", None))
@@ -218,35 +217,45 @@ async def event_stream(
     live_after: int = 0,
     poll_interval: float,
     keepalive_interval: float,
-) -> AsyncIterator[str]:
-    """The SSE text of one run from `after` on, until the run ends or the follower leaves."""
+) -> AsyncIterator[ServerSentEvent]:
+    """The SSE messages of one run from `after` on, until the run ends or the follower leaves."""
     follower = _Follower(client, handle, run_id, after, live, live_after, poll_interval)
     tasks = [
         asyncio.create_task(follower.durable(), name=f"sse-events-{run_id}"),
         asyncio.create_task(follower.deltas(), name=f"sse-live-{run_id}"),
     ]
     try:
-        yield f"retry: {RECONNECT_MS}\n\n"
+        yield ServerSentEvent(retry=RECONNECT_MS, sep=SEPARATOR)
         while True:
             try:
                 kind, payload = await asyncio.wait_for(follower.queue.get(), keepalive_interval)
             except TimeoutError:
-                yield ": keep-alive\n\n"
+                yield _comment("keep-alive")
                 continue
             if kind == "event":
-                yield frame(public_event(payload), event_id=int(payload["seq"]))
+                yield frame(public_event(payload), event_id=payload.seq)
             elif kind == "delta":
                 yield frame(payload, event="delta")
             elif kind == "error":
                 yield frame(payload, event="error")
                 return
             else:
-                yield ": end of run\n\n"
+                yield _comment("end of run")
                 return
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def stream_response(messages: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    """The HTTP response of a stream: keep-alives come from `event_stream` when it is idle."""
+    return EventSourceResponse(
+        messages,
+        headers={"Cache-Control": "no-cache"},
+        ping=0,
+        sep=SEPARATOR,
+    )
 
 
 __all__ = [
@@ -256,5 +265,6 @@ __all__ = [
     "frame",
     "is_final",
     "public_event",
+    "stream_response",
     "wants_stream",
 ]

@@ -26,6 +26,7 @@ from openflow.cli.common import (
 )
 from openflow.cli.parser import build_parser, check_arguments, check_environment
 from openflow.database import DatabaseError
+from openflow.settings import runtime_settings
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -82,7 +83,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _silence_stdout()
         return EXIT_OK
     except Exception as exc:
-        if os.environ.get("OPENFLOW_DEBUG"):
+        if _debug():
             raise
         print(
             f"openflow: unexpected error: {type(exc).__name__}: {first_line(str(exc))} "
@@ -90,6 +91,11 @@ def _main(argv: Sequence[str] | None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _debug() -> bool:
+    """OPENFLOW_DEBUG set to anything: unexpected errors show their traceback."""
+    return bool(runtime_settings(only=("debug",)).debug)
 
 
 def _silence_stdout() -> None:

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +24,36 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from openflow import contracts as c
-from openflow.client import ActionRejected, Runs
+from openflow.client import ActionRejected, Runs, parse_event
+from openflow.engine import RunEvent, WorkflowRunState
+from openflow.engine.events import (
+    Aborted,
+    ActionIgnored,
+    ChatMessage,
+    Error,
+    FileChanged,
+    Finished,
+    NodeAwaitingInput,
+    NodeCompleted,
+    NodeErrored,
+    NodeFailed,
+    NodeInterrupted,
+    NodeRetrying,
+    NodeStarted,
+    OutputRepairFailed,
+    OutputRepairStarted,
+    RunStarted,
+    ToolApprovalRequested,
+    ToolApproved,
+    ToolCompleted,
+    ToolDenied,
+    ToolRetrying,
+    ToolStarted,
+    UsageReported,
+)
+from openflow.engine.projection import Usage
+from openflow.engine.request import UsageReport
+from openflow.engine.transcript import ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +77,7 @@ class Pause:
     key: str
     detail: str = ""
     approval_id: str = ""
-    calls: tuple[dict[str, Any], ...] = ()
+    calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass
@@ -96,33 +125,35 @@ def describe_pause(pause: Pause) -> str:
     return f"{pause.label} failed and waits for a retry: {_clip(pause.detail, 300)}"
 
 
-def call_summary(call: dict[str, Any], width: int = 60) -> str:
+def call_summary(call: ToolCall, width: int = 60) -> str:
     """`write(path=notes.md, content=<312 chars>)`: a tool call in one short line."""
-    name = str(call.get("name") or call.get("tool_name") or "tool")
-    args = call.get("arguments") or {}
+    return _call_text(call.name, call.arguments, width)
+
+
+def _call_text(name: str, arguments: dict[str, Any], width: int = 60) -> str:
     parts = []
-    for key, value in args.items() if isinstance(args, dict) else ():
+    for key, value in arguments.items():
         if key in ("_i", "intent"):
             continue
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if "\n" in text or len(text) > width:
             text = f"<{len(text)} chars>"
         parts.append(f"{key}={text}")
-    return f"{name}({', '.join(parts)})"
+    return f"{name or 'tool'}({', '.join(parts)})"
 
 
-def find_pauses(state: dict[str, Any], opened: dict[str, Any]) -> list[Pause]:
+def find_pauses(state: WorkflowRunState, opened: dict[str, Any]) -> list[Pause]:
     """Every pause the state shows, keyed so an answered pause is not asked about twice.
 
     `opened` maps `"input:<node>"` and `"retry:<node>"` to the seq of the event that opened
     the pause (so a node that pauses again gets a new key) and `"question:<node>"` to the
     text of its input request.
     """
-    if state.get("status") in TERMINAL_STATUSES:
+    if state.status in TERMINAL_STATUSES:
         return []
     labels = node_labels(state)
     pauses: list[Pause] = []
-    for node_id in state.get("awaitingNodeIds") or []:
+    for node_id in state.awaiting_node_ids:
         seq = opened.get(f"input:{node_id}", 0)
         pauses.append(
             Pause(
@@ -133,26 +164,23 @@ def find_pauses(state: dict[str, Any], opened: dict[str, Any]) -> list[Pause]:
                 detail=question_text(state, node_id, opened),
             )
         )
-    for pending in state.get("pendingApprovals") or []:
-        approval_id = str(pending.get("approvalId", ""))
-        calls = pending.get("toolCalls") or [pending.get("toolCall") or {}]
-        node_id = str(pending.get("nodeId", ""))
+    for pending in state.pending_approvals:
         pauses.append(
             Pause(
                 kind="approval",
-                node_id=node_id,
-                label=str(pending.get("nodeLabel") or labels.get(node_id, node_id)),
-                key=f"approval:{approval_id}",
-                approval_id=approval_id,
-                calls=tuple(call for call in calls if call),
+                node_id=pending.node_id,
+                label=pending.node_label or labels.get(pending.node_id, pending.node_id),
+                key=f"approval:{pending.approval_id}",
+                approval_id=pending.approval_id,
+                calls=pending.tool_calls or (pending.tool_call,),
             )
         )
-    if state.get("active", True):
-        for node_id, status in sorted((state.get("statusByNode") or {}).items()):
+    if state.active:
+        for node_id, status in sorted(state.status_by_node.items()):
             if status not in ("failed", "interrupted"):
                 continue
             seq = opened.get(f"retry:{node_id}", 0)
-            detail = "interrupted" if status == "interrupted" else str(state.get("lastError") or "")
+            detail = "interrupted" if status == "interrupted" else state.last_error or ""
             pauses.append(
                 Pause(
                     kind="retry",
@@ -165,26 +193,26 @@ def find_pauses(state: dict[str, Any], opened: dict[str, Any]) -> list[Pause]:
     return pauses
 
 
-def node_labels(state: dict[str, Any]) -> dict[str, str]:
+def node_labels(state: WorkflowRunState) -> dict[str, str]:
     """Node labels as the run trace shows them."""
     labels: dict[str, str] = {}
-    for entry in state.get("runTrace") or []:
-        node_id, label = entry.get("nodeId"), entry.get("nodeLabel")
-        if node_id and label and node_id not in labels and entry.get("status") != "running":
+    for entry in state.run_trace:
+        node_id, label = entry.node_id, entry.node_label
+        if node_id and label and node_id not in labels and entry.status != "running":
             labels[node_id] = label
     return labels
 
 
-def question_text(state: dict[str, Any], node_id: str, opened: dict[str, Any]) -> str:
+def question_text(state: WorkflowRunState, node_id: str, opened: dict[str, Any]) -> str:
     """The question a node asked: its structured question, its last message, or its prompt."""
-    structured = (state.get("structuredInputByNode") or {}).get(node_id)
+    structured = state.structured_input_by_node.get(node_id)
     if structured:
         return structured_question_text(structured)
-    for message in reversed((state.get("chatLogs") or {}).get(node_id) or []):
-        role, content = message.get("role"), str(message.get("content") or "").strip()
-        if role == "user":
+    for message in reversed(state.chat_logs.get(node_id, [])):
+        content = message.content.strip()
+        if message.role == "user":
             break
-        if role == "assistant" and content and not message.get("messageKind"):
+        if message.role == "assistant" and content and not message.message_kind:
             return content
     text = opened.get(f"question:{node_id}")
     return str(text) if text else ""
@@ -207,30 +235,27 @@ def structured_question_text(structured: dict[str, Any]) -> str:
     return " ".join(p for p in parts if p) or json.dumps(structured, ensure_ascii=False)
 
 
-def usage_text(usage: dict[str, Any]) -> str:
+def usage_text(usage: Usage) -> str:
     """`1,234 in · 56 out · 800 cached · ~$0.0123`: a state's usage (U of CONTRACT 8)."""
-    parts = [
-        f"{int(usage.get('inputTokens') or 0):,} in",
-        f"{int(usage.get('outputTokens') or 0):,} out",
-    ]
-    if usage.get("cachedTokens"):
-        parts.append(f"{int(usage['cachedTokens']):,} cached")
-    if usage.get("cacheWriteTokens"):
-        parts.append(f"{int(usage['cacheWriteTokens']):,} cache writes")
-    parts.append(f"~${float(usage.get('estimatedCostUsd') or 0.0):.4f}")
+    parts = [f"{usage.input_tokens:,} in", f"{usage.output_tokens:,} out"]
+    if usage.cached_tokens:
+        parts.append(f"{usage.cached_tokens:,} cached")
+    if usage.cache_write_tokens:
+        parts.append(f"{usage.cache_write_tokens:,} cache writes")
+    parts.append(f"~${usage.estimated_cost_usd:.4f}")
     return " · ".join(parts)
 
 
-def _add_usage(total: dict[str, Any], report: dict[str, Any]) -> None:
-    for key, name in (
-        ("inputTokens", "prompt_tokens"),
-        ("outputTokens", "completion_tokens"),
-        ("cachedTokens", "cached_input_tokens"),
-        ("cacheWriteTokens", "cache_creation_input_tokens"),
-    ):
-        total[key] = int(total.get(key) or 0) + int(report.get(name) or 0)
-    total["estimatedCostUsd"] = float(total.get("estimatedCostUsd") or 0.0) + float(
-        report.get("cost_usd") or 0.0
+def _add_usage(total: Usage | None, report: UsageReport) -> Usage:
+    total = total or Usage()
+    return total.model_copy(
+        update={
+            "input_tokens": total.input_tokens + report.prompt_tokens,
+            "output_tokens": total.output_tokens + report.completion_tokens,
+            "cached_tokens": total.cached_tokens + report.cached_input_tokens,
+            "cache_write_tokens": total.cache_write_tokens + report.cache_creation_input_tokens,
+            "estimated_cost_usd": total.estimated_cost_usd + (report.cost_usd or 0.0),
+        }
     )
 
 
@@ -242,7 +267,7 @@ class Renderer:
         self.labels: dict[str, str] = {}
         self._stream: str | None = None
         self._streamed: set[str] = set()
-        self.usage: dict[str, Any] = {}
+        self.usage: Usage | None = None
 
     def label(self, node_id: str | None) -> str:
         if not node_id:
@@ -261,7 +286,11 @@ class Renderer:
             self._stream = None
 
     def live(self, event: dict[str, Any]) -> None:
-        """Render one live-channel event (token deltas, streaming tool output)."""
+        """Render one live-channel message (token deltas, streaming tool output).
+
+        Live messages are not durable events (they carry a `live_seq` of their own), so they
+        are read as the live channel sends them.
+        """
         kind = event.get("type")
         if kind == "ChatMessageDelta":
             message_id = str(event.get("message_id") or "")
@@ -287,157 +316,143 @@ class Renderer:
                 for row in content.splitlines()[-5:]:
                     self._line(f"      {tool} │ {row}", "dim")
 
-    def event(self, event: dict[str, Any]) -> None:
-        """Render one durable run event."""
-        kind = str(event.get("type") or "")
-        node_id = event.get("node_id")
-        if node_id and event.get("label"):
-            self.labels[str(node_id)] = str(event["label"])
+    def event(self, event: RunEvent | Mapping[str, Any]) -> None:
+        """Render one durable run event (given as JSON, it is parsed first)."""
+        if isinstance(event, Mapping):
+            parsed = parse_event(event)
+            if parsed is None:
+                return
+            event = parsed
+        node_id: str | None = getattr(event, "node_id", None)
+        label: str = getattr(event, "label", "")
+        if node_id and label:
+            self.labels[node_id] = label
         node = self.label(node_id)
-        handler = getattr(self, f"_on_{kind}", None)
+        handler = getattr(self, f"_on_{event.type}", None)
         if handler is not None:
             handler(event, node)
 
-    def _on_RunStarted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        name = event.get("workflow_name") or event.get("workflow_id") or "workflow"
+    def _on_RunStarted(self, event: RunStarted, node: str) -> None:  # noqa: N802
+        name = event.workflow_name or event.workflow_id or "workflow"
         self._line(f"▶ {name}: run started", "bold")
 
-    def _on_NodeStarted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        attempt = int(event.get("model_attempt") or 1)
+    def _on_NodeStarted(self, event: NodeStarted, node: str) -> None:  # noqa: N802
+        attempt = event.model_attempt or 1
         again = f" (attempt {attempt})" if attempt > 1 else ""
         self._line(f"● {node} started{again}", "cyan")
 
-    def _on_ChatMessage(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        role = event.get("role")
-        content = str(event.get("content") or "").strip()
-        if not content or event.get("message_kind") == "node_completed":
+    def _on_ChatMessage(self, event: ChatMessage, node: str) -> None:  # noqa: N802
+        content = event.content.strip()
+        if not content or event.message_kind == "node_completed":
             return
-        if role == "assistant":
+        if event.role == "assistant":
             self._line(f"  {node} › {_clip(content, 400)}", "dim")
-        elif role == "user":
+        elif event.role == "user":
             self._line(f"  you → {node}: {_clip(content, 200)}", "magenta")
-        elif role == "system":
+        elif event.role == "system":
             self._line(f"  {node}: {_clip(content, 200)}", "dim")
 
-    def _on_NodeAwaitingInput(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        question = str(event.get("context") or "").strip()
-        structured = event.get("structured_input")
-        if structured:
-            question = structured_question_text(structured)
+    def _on_NodeAwaitingInput(self, event: NodeAwaitingInput, node: str) -> None:  # noqa: N802
+        question = event.context.strip()
+        if event.structured_input:
+            question = structured_question_text(event.structured_input)
         suffix = f": {_clip(question, 400)}" if question else ""
         self._line(f"⏸ {node} is waiting for input{suffix}", "yellow")
 
-    def _on_ToolApprovalRequested(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        request = event.get("request") or {}
-        label = _pick(request, "node_label", "nodeLabel") or self.label(
-            _pick(request, "node_id", "nodeId")
-        )
-        calls = _pick(request, "tool_calls", "toolCalls") or [
-            _pick(request, "tool_call", "toolCall") or {}
-        ]
-        tools = ", ".join(call_summary(call) for call in calls if call)
+    def _on_ToolApprovalRequested(self, event: ToolApprovalRequested, node: str) -> None:  # noqa: N802
+        request = event.request
+        label = request.node_label or self.label(request.node_id)
+        calls = request.tool_calls or (request.tool_call,)
+        tools = ", ".join(call_summary(call) for call in calls)
         self._line(f"⏸ {label} asks to run {tools}", "yellow")
 
-    def _on_ToolApproved(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        self._line(f"  ✓ {event.get('tool_name')} approved", "green")
+    def _on_ToolApproved(self, event: ToolApproved, node: str) -> None:  # noqa: N802
+        self._line(f"  ✓ {event.tool_name} approved", "green")
 
-    def _on_ToolDenied(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        reason = event.get("reason") or ""
-        self._line(f"  ✗ {event.get('tool_name')} denied: {_clip(str(reason), 200)}", "red")
+    def _on_ToolDenied(self, event: ToolDenied, node: str) -> None:  # noqa: N802
+        self._line(f"  ✗ {event.tool_name} denied: {_clip(event.reason, 200)}", "red")
 
-    def _on_ToolStarted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        call = {"name": event.get("tool_name"), "arguments": event.get("arguments") or {}}
-        self._line(f"  ⚙ {node}: {call_summary(call)}", "blue")
+    def _on_ToolStarted(self, event: ToolStarted, node: str) -> None:  # noqa: N802
+        self._line(f"  ⚙ {node}: {_call_text(event.tool_name, event.arguments)}", "blue")
 
-    def _on_ToolRetrying(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+    def _on_ToolRetrying(self, event: ToolRetrying, node: str) -> None:  # noqa: N802
         self._line(
-            f"  ↻ {event.get('tool_name')} retrying (attempt {event.get('attempt')}, "
-            f"in {event.get('backoff_ms')} ms)",
+            f"  ↻ {event.tool_name} retrying (attempt {event.attempt}, in {event.backoff_ms} ms)",
             "yellow",
         )
 
-    def _on_ToolCompleted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        first = _first_line(str(event.get("content") or ""))
-        if event.get("is_error"):
-            self._line(f"    ✗ {event.get('tool_name')}: {_clip(first, 160)}", "red")
+    def _on_ToolCompleted(self, event: ToolCompleted, node: str) -> None:  # noqa: N802
+        first = _first_line(event.content)
+        if event.is_error:
+            self._line(f"    ✗ {event.tool_name}: {_clip(first, 160)}", "red")
         else:
-            self._line(f"    ✓ {event.get('tool_name')}: {_clip(first, 160)}", "dim")
+            self._line(f"    ✓ {event.tool_name}: {_clip(first, 160)}", "dim")
 
-    def _on_FileChanged(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        record = event.get("record") or {}
-        self._line(f"    {record.get('op', 'changed')} {record.get('path', '')}", "dim")
+    def _on_FileChanged(self, event: FileChanged, node: str) -> None:  # noqa: N802
+        self._line(f"    {event.record.op} {event.record.path}", "dim")
 
-    def _on_NodeCompleted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        handoff = event.get("handoff") or {}
+    def _on_NodeCompleted(self, event: NodeCompleted, node: str) -> None:  # noqa: N802
+        handoff = event.handoff or {}
         where = f" → {handoff['uri']}" if handoff.get("uri") else ""
         self._line(f"✔ {node} completed{where}", "green")
-        summary = _output_summary(event.get("output"))
-        if summary and str(event.get("node_id") or "") not in self._streamed:
+        summary = _output_summary(event.output)
+        if summary and event.node_id not in self._streamed:
             self._line(f"  {_clip(summary, 300)}", "dim")
 
-    def _on_NodeErrored(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        self._line(f"✖ {node} failed: {_clip(str(event.get('error') or ''), 300)}", "red")
+    def _on_NodeErrored(self, event: NodeErrored, node: str) -> None:  # noqa: N802
+        self._line(f"✖ {node} failed: {_clip(event.error, 300)}", "red")
 
-    def _on_NodeRetrying(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+    def _on_NodeRetrying(self, event: NodeRetrying, node: str) -> None:  # noqa: N802
         self._line(
-            f"  ↻ {node}: {_clip(str(event.get('error') or ''), 160)}; retrying in "
-            f"{event.get('backoff_ms')} ms",
+            f"  ↻ {node}: {_clip(event.error, 160)}; retrying in {event.backoff_ms} ms",
             "yellow",
         )
 
-    def _on_NodeFailed(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        self._line(f"✖ {node} failed: {_clip(str(event.get('error') or ''), 300)}", "bold red")
+    def _on_NodeFailed(self, event: NodeFailed, node: str) -> None:  # noqa: N802
+        self._line(f"✖ {node} failed: {_clip(event.error, 300)}", "bold red")
         self._spent()
 
-    def _on_NodeInterrupted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+    def _on_NodeInterrupted(self, event: NodeInterrupted, node: str) -> None:  # noqa: N802
         self._line(f"⏸ {node} interrupted", "yellow")
 
-    def _on_OutputRepairStarted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        self._line(f"  {node}: repairing malformed output with {event.get('model')}", "dim")
+    def _on_OutputRepairStarted(self, event: OutputRepairStarted, node: str) -> None:  # noqa: N802
+        self._line(f"  {node}: repairing malformed output with {event.model}", "dim")
 
-    def _on_OutputRepairFailed(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        self._line(f"  {node}: output repair failed: {event.get('reason')}", "yellow")
+    def _on_OutputRepairFailed(self, event: OutputRepairFailed, node: str) -> None:  # noqa: N802
+        self._line(f"  {node}: output repair failed: {event.reason}", "yellow")
 
-    def _on_ActionIgnored(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        self._line(f"  ignored action: {event.get('reason')}", "yellow")
+    def _on_ActionIgnored(self, event: ActionIgnored, node: str) -> None:  # noqa: N802
+        self._line(f"  ignored action: {event.reason}", "yellow")
 
-    def _on_Finished(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        report = event.get("report") if isinstance(event.get("report"), dict) else {}
-        for suggestion in report.get("suggestions") or []:
-            target = _pick(suggestion, "target_node_id", "targetNodeId")
-            where = f" ({target})" if target else ""
+    def _on_Finished(self, event: Finished, node: str) -> None:  # noqa: N802
+        for suggestion in event.report.suggestions:
+            where = f" ({suggestion.target_node_id})" if suggestion.target_node_id else ""
             self._line(
-                f"  suggestion [{suggestion.get('category')}]{where}: {suggestion.get('title')}"
-                f" — {_clip(str(suggestion.get('recommendation') or ''), 200)}",
+                f"  suggestion [{suggestion.category}]{where}: {suggestion.title}"
+                f" — {_clip(suggestion.recommendation, 200)}",
                 "cyan",
             )
         self._line("■ run completed", "bold green")
         self._spent()
 
-    def _on_UsageReported(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        if isinstance(event.get("usage"), dict):
-            _add_usage(self.usage, event["usage"])
+    def _on_UsageReported(self, event: UsageReported, node: str) -> None:  # noqa: N802
+        self.usage = _add_usage(self.usage, event.usage)
 
     def _spent(self) -> None:
-        if self.usage:
+        if self.usage is not None:
             self._line(f"  spent {usage_text(self.usage)}", "dim")
 
-    def _on_Aborted(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
+    def _on_Aborted(self, event: Aborted, node: str) -> None:  # noqa: N802
         self._line("■ run stopped", "bold yellow")
         self._spent()
 
-    def _on_Error(self, event: dict[str, Any], node: str) -> None:  # noqa: N802
-        message = str(event.get("message") or "")
-        style = "yellow" if message.startswith("ignored ") else "bold red"
-        self._line(f"  {message}", style)
+    def _on_Error(self, event: Error, node: str) -> None:  # noqa: N802
+        style = "yellow" if event.message.startswith("ignored ") else "bold red"
+        self._line(f"  {event.message}", style)
 
     def flush(self) -> None:
         """End a token stream that is still open, so what follows starts on its own line."""
         self._close_stream()
-
-
-def _pick(data: dict[str, Any], snake: str, camel: str) -> Any:
-    return data.get(snake) if data.get(snake) is not None else data.get(camel)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -541,7 +556,7 @@ class Follower:
                     )
                 await asyncio.sleep(self.poll_interval)
                 continue
-            status = str(state.get("status") or "running")
+            status = state.status
             if status in TERMINAL_STATUSES:
                 await self._drain_events()
                 return FollowOutcome(status=status)
@@ -558,16 +573,14 @@ class Follower:
                 continue
             await asyncio.sleep(self.poll_interval)
 
-    async def _poll(self) -> dict[str, Any] | None:
+    async def _poll(self) -> WorkflowRunState | None:
         """Render what happened since the last poll; the state, or None when it cannot answer.
 
         The state is read before the events, so every pause it shows has its opening event
         rendered and tracked by the time the pause is keyed.
         """
         try:
-            state: dict[str, Any] = await asyncio.wait_for(
-                self.runs.state(self.run_id), QUERY_TIMEOUT_S
-            )
+            state = await asyncio.wait_for(self.runs.run_state(self.run_id), QUERY_TIMEOUT_S)
             await self._drain_events()
         except (WorkflowQueryFailedError, RPCError, TimeoutError) as exc:
             # The first workflow task may not have run yet (no worker yet, or a slow start);
@@ -579,7 +592,7 @@ class Follower:
         return state
 
     async def _drain_events(self) -> None:
-        events = await self.runs.events(self.run_id, after=self._seq)
+        events = await self.runs.run_events(self.run_id, after=self._seq)
         self._render(events)
 
     def _drain_live(self) -> None:
@@ -599,28 +612,24 @@ class Follower:
             else:
                 self._held.append(event)
 
-    def _render(self, events: Iterable[dict[str, Any]]) -> None:
+    def _render(self, events: Iterable[RunEvent]) -> None:
         for event in events:
-            seq = int(event.get("seq") or 0)
-            if seq <= self._seq:
+            if event.seq <= self._seq:
                 continue
-            self._seq = seq
-            self._track(event, seq)
+            self._seq = event.seq
+            self._track(event)
             self._drain_live()
             self.renderer.event(event)
-            if event.get("type") == "NodeStarted":
-                node_id = str(event.get("node_id") or "")
-                self._started.add(node_id)
-                self._release_held(node_id)
+            if isinstance(event, NodeStarted):
+                self._started.add(event.node_id)
+                self._release_held(event.node_id)
 
-    def _track(self, event: dict[str, Any], seq: int) -> None:
-        kind = event.get("type")
-        node_id = event.get("node_id")
-        if kind == "NodeAwaitingInput":
-            self._opened[f"input:{node_id}"] = seq
-            self._opened[f"question:{node_id}"] = str(event.get("context") or "")
-        elif kind in ("NodeErrored", "NodeInterrupted"):
-            self._opened[f"retry:{node_id}"] = seq
+    def _track(self, event: RunEvent) -> None:
+        if isinstance(event, NodeAwaitingInput):
+            self._opened[f"input:{event.node_id}"] = event.seq
+            self._opened[f"question:{event.node_id}"] = event.context
+        elif isinstance(event, NodeErrored | NodeInterrupted):
+            self._opened[f"retry:{event.node_id}"] = event.seq
 
     async def _ask(self, pause: Pause) -> bool | None:
         """Ask about one pause and act on it: True when done, False to ask again, None to leave."""

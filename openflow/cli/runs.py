@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,12 +41,16 @@ from openflow.cli.follow import (
     find_pauses,
     usage_text,
 )
+from openflow.client import state_json
 from openflow.connect import load_target
+from openflow.engine import RunEvent, WorkflowRunState
+from openflow.engine.events import NodeAwaitingInput
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import MAX_ENTRYPOINT_BYTES
 from openflow.engine.spec import Workflow
 from openflow.paths import openflow_home
 from openflow.schedules import ScheduleInvalid, check_schedule
+from openflow.settings import runtime_settings
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -172,7 +175,7 @@ def _report_outcome(console: Console, run_id: str, outcome: FollowOutcome) -> in
 
 def run_ui_url(run_id: str) -> str:
     """The Web UI page of a run: $OPENFLOW_UI_URL, else the embedded server's UI port."""
-    base = os.environ.get("OPENFLOW_UI_URL", "").strip().rstrip("/")
+    base = (runtime_settings(only=("ui_url",)).ui_url or "").rstrip("/")
     target = load_target()
     if not base:
         host, _, port = target.address.rpartition(":")
@@ -204,31 +207,29 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     async def main() -> int:
         runs = await connect_runs()
         status = await runs.status(args.run_id)
-        state = await answer_in_time(runs.state(args.run_id), args.run_id, runs)
+        state = await answer_in_time(runs.run_state(args.run_id), args.run_id, runs)
         if status not in ("running", "paused"):
-            state["status"] = status
+            state = state.model_copy(update={"status": status})
         if args.json:
-            print(json.dumps(state, indent=2, ensure_ascii=False))
+            print(json.dumps(state_json(state), indent=2, ensure_ascii=False))
             return EXIT_OK
-        events = await answer_in_time(runs.events(args.run_id), args.run_id, runs)
+        events = await answer_in_time(runs.run_events(args.run_id), args.run_id, runs)
         _print_run(args.run_id, state, events)
         return EXIT_OK
 
     return run_main(main())
 
 
-def _print_run(run_id: str, state: dict[str, Any], events: list[dict[str, Any]]) -> None:
+def _print_run(run_id: str, state: WorkflowRunState, events: list[RunEvent]) -> None:
     print(f"run       {run_id}")
-    print(f"status    {state.get('status', 'unknown')}")
-    if state.get("workflowId"):
-        print(f"workflow  {state['workflowId']}")
-    if state.get("lastError"):
-        print(f"error     {state['lastError']}")
-    usage = state.get("usage") or {}
-    if usage.get("run"):
-        print(f"usage     {usage_text(usage['run'])}")
-    by_node = usage.get("byNode") or {}
-    statuses = state.get("statusByNode") or {}
+    print(f"status    {state.status}")
+    if state.workflow_id:
+        print(f"workflow  {state.workflow_id}")
+    if state.last_error:
+        print(f"error     {state.last_error}")
+    print(f"usage     {usage_text(state.usage.run)}")
+    by_node = state.usage.by_node
+    statuses = state.status_by_node
     if statuses:
         print("nodes")
         width = max(len(node) for node in statuses)
@@ -237,8 +238,8 @@ def _print_run(run_id: str, state: dict[str, Any], events: list[dict[str, Any]])
             print(f"  {node:<{width}}  {status:<22}{spent}".rstrip())
     opened: dict[str, Any] = {}
     for event in events:
-        if event.get("type") == "NodeAwaitingInput":
-            opened[f"question:{event.get('node_id')}"] = str(event.get("context") or "")
+        if isinstance(event, NodeAwaitingInput):
+            opened[f"question:{event.node_id}"] = event.context
     pauses = find_pauses(state, opened)
     if pauses:
         print("waiting for")

@@ -44,6 +44,7 @@ from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import check_entrypoint, check_message
 from openflow.engine.spec import Workflow
+from openflow.engine.transcript import Attachment
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,16 @@ class RunSummary:
     awaiting: list[str]
     tenant: str
     start_time: str | None
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What a run's start sends to Temporal besides its id and task queue."""
+
+    input: c.RunInput
+    search_attributes: TypedSearchAttributes
+    static_summary: str
+    memo: dict[str, Any] | None = None
 
 
 _EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
@@ -168,6 +179,46 @@ class Runs:
 
     # --- start --------------------------------------------------------------------------
 
+    def start_request(
+        self,
+        workflow: Workflow,
+        entrypoint: str = "",
+        run_id: str = "",
+        project_dir: str | None = None,
+        provider_id: str | None = None,
+        attachments: Sequence[Attachment] = (),
+    ) -> RunStart:
+        """What starting a run of `workflow` sends, checked; an empty `run_id` means the run
+        takes its workflow id (a schedule's runs, whose ids Temporal makes)."""
+        problems = workflow_problems(workflow)
+        if problems:
+            raise InvalidWorkflow("; ".join(str(p) for p in problems))
+        check_entrypoint(entrypoint)
+        project = os.path.realpath(project_dir) if project_dir else None
+        attrs = TypedSearchAttributes(
+            [
+                SearchAttributePair(SA_STATUS, "running"),
+                SearchAttributePair(SA_WORKFLOW_ID, workflow.id),
+                SearchAttributePair(SA_WORKFLOW_NAME, workflow.name),
+                SearchAttributePair(SA_AWAITING, []),
+                SearchAttributePair(SA_TENANT, self.tenant),
+            ]
+        )
+        return RunStart(
+            input=c.RunInput(
+                run_id=run_id,
+                workflow=workflow,
+                entrypoint=entrypoint,
+                project_dir=project_dir,
+                provider_id=provider_id,
+                tenant=self.tenant,
+                attachments=list(attachments),
+            ),
+            search_attributes=attrs,
+            static_summary=f"{workflow.name} · {entrypoint[:60]}" if entrypoint else workflow.name,
+            memo=_project_memo(project, changes_files(workflow)),
+        )
+
     async def start(
         self,
         workflow: Workflow,
@@ -184,52 +235,31 @@ class Runs:
         A run on a `project_dir` another live run may change is refused, naming that run,
         unless `allow_concurrent` (OpenFlow's mutation gate; see `changing_run`).
         """
-        problems = workflow_problems(workflow)
-        if problems:
-            raise InvalidWorkflow("; ".join(str(p) for p in problems))
-        check_entrypoint(entrypoint)
-        prepared = prepare(attachments) if attachments else []
         run_id = check_run_id(run_id) if run_id else new_run_id()
+        request = self.start_request(workflow, entrypoint, run_id, project_dir, provider_id)
+        prepared = prepare(attachments) if attachments else []
         project = os.path.realpath(project_dir) if project_dir else None
-        mutates = changes_files(workflow)
-        if project is not None and mutates and not allow_concurrent:
+        if project is not None and changes_files(workflow) and not allow_concurrent:
             other = await self.changing_run(project)
             if other is not None:
                 raise RunConflict(
                     f"{other} is changing the project folder {project!r}; wait for it to end or "
                     "stop it, or start this run with --allow-concurrent (API: allowConcurrent)"
                 )
-        refs = (
-            await asyncio.to_thread(store_uploads, self.store, run_id, prepared) if prepared else []
-        )
-        attrs = TypedSearchAttributes(
-            [
-                SearchAttributePair(SA_STATUS, "running"),
-                SearchAttributePair(SA_WORKFLOW_ID, workflow.id),
-                SearchAttributePair(SA_WORKFLOW_NAME, workflow.name),
-                SearchAttributePair(SA_AWAITING, []),
-                SearchAttributePair(SA_TENANT, self.tenant),
-            ]
-        )
+        if prepared:
+            refs = await asyncio.to_thread(store_uploads, self.store, run_id, prepared)
+            run_input = request.input.model_copy(update={"attachments": refs})
+        else:
+            run_input = request.input
         try:
             await self.client.start_workflow(
                 c.WORKFLOW_NAME,
-                c.RunInput(
-                    run_id=run_id,
-                    workflow=workflow,
-                    entrypoint=entrypoint,
-                    project_dir=project_dir,
-                    provider_id=provider_id,
-                    tenant=self.tenant,
-                    attachments=refs,
-                ),
+                run_input,
                 id=run_id,
                 task_queue=self.task_queue,
-                search_attributes=attrs,
-                memo=_project_memo(project, mutates),
-                static_summary=f"{workflow.name} · {entrypoint[:60]}"
-                if entrypoint
-                else workflow.name,
+                search_attributes=request.search_attributes,
+                memo=request.memo,
+                static_summary=request.static_summary,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 task_timeout=c.WORKFLOW_TASK_TIMEOUT,
             )
@@ -487,6 +517,7 @@ __all__ = [
     "RunConflict",
     "RunError",
     "RunNotFound",
+    "RunStart",
     "RunSummary",
     "Runs",
     "action_from",

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from openflow.activities.store import RunStore
-from openflow.api import docs, files, health, inbox, pages, runs, workflows
+from openflow.api import docs, files, health, inbox, pages, runs, schedules, workflows
 from openflow.api.auth import TenantKeys
 from openflow.api.deps import ApiContext
 from openflow.api.errors import ServiceUnavailable, UnsafeBind, install_error_handlers
@@ -101,6 +101,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(workflows.router)
     app.include_router(runs.router)
+    app.include_router(schedules.router)
     app.include_router(files.router)
     app.include_router(inbox.router)
     app.include_router(pages.router)

@@ -6,13 +6,17 @@ import threading
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
+from starlette.concurrency import run_in_threadpool
 
-from openflow.api.deps import CatalogDep, TenantDep
+from openflow.api.deps import CatalogDep, RunsDep, TenantDep
 from openflow.api.errors import Unprocessable, documented
 from openflow.api.models import ValidationOk
 from openflow.api.routing import StrictJsonRoute
+from openflow.api.schedules import schedule_errors
+from openflow.catalog import Catalog, WorkflowNotFoundError
 from openflow.engine.graph import workflow_problems
 from openflow.engine.spec import Workflow
+from openflow.schedules import Schedules, check_schedule
 
 router = APIRouter(prefix="/workflows", tags=["workflows"], route_class=StrictJsonRoute)
 
@@ -47,6 +51,8 @@ def list_workflows(catalog: CatalogDep) -> list[Workflow]:
 def validate_workflow(workflow: Workflow, tenant: TenantDep) -> ValidationOk:
     """Check a workflow against every rule; 422 lists each problem with its node or edge."""
     check_workflow(workflow)
+    with schedule_errors():
+        check_schedule(workflow)
     return ValidationOk()
 
 
@@ -60,14 +66,22 @@ def get_workflow(workflow_id: WorkflowId, catalog: CatalogDep) -> Workflow:
     "/{workflow_id}",
     response_model=Workflow,
     responses={
-        **documented(400, 401, 413, 422),
+        **documented(400, 401, 409, 413, 422, 503),
         201: {"model": Workflow, "description": "Created"},
     },
 )
-def put_workflow(
-    workflow_id: WorkflowId, workflow: Workflow, catalog: CatalogDep, response: Response
+async def put_workflow(
+    workflow_id: WorkflowId,
+    workflow: Workflow,
+    catalog: CatalogDep,
+    runs: RunsDep,
+    response: Response,
 ) -> Workflow:
-    """Create or replace a workflow (200 replaced, 201 created); it must be valid."""
+    """Create or replace a workflow (200 replaced, 201 created); it must be valid.
+
+    Its `settings.schedule` creates, updates or pauses the schedule `openflow-schedule-<id>`;
+    without one, a schedule it had is deleted.
+    """
     if workflow.id != workflow_id:
         raise Unprocessable(
             f"the body's id {workflow.id!r} differs from the path's {workflow_id!r}; "
@@ -75,22 +89,49 @@ def put_workflow(
             code="id_mismatch",
         )
     check_workflow(workflow)
-    with _WRITES:
-        existed = any(wf.id == workflow_id for wf in catalog.list())
-        catalog.save(workflow)
+    schedules = Schedules(runs)
+    with schedule_errors():
+        check_schedule(workflow)
+        await schedules.check_owner(workflow_id)
+        # The schedule first: what Temporal refuses leaves the catalog untouched.
+        await schedules.apply(workflow)
+    existed = await run_in_threadpool(_save, catalog, workflow)
     if not existed:
         response.status_code = 201
     return workflow
 
 
+def _save(catalog: Catalog, workflow: Workflow) -> bool:
+    with _WRITES:
+        existed = any(wf.id == workflow.id for wf in catalog.list())
+        catalog.save(workflow)
+    return existed
+
+
 @router.delete(
-    "/{workflow_id}", status_code=204, response_class=Response, responses=documented(401, 404, 422)
+    "/{workflow_id}",
+    status_code=204,
+    response_class=Response,
+    responses=documented(401, 404, 409, 422, 503),
 )
-def delete_workflow(workflow_id: WorkflowId, catalog: CatalogDep) -> Response:
-    """Remove a workflow from your catalog; runs started from it go on unchanged."""
+async def delete_workflow(workflow_id: WorkflowId, catalog: CatalogDep, runs: RunsDep) -> Response:
+    """Remove a workflow and its schedule; runs started from it go on unchanged."""
+    schedules = Schedules(runs)
+    with schedule_errors():
+        await schedules.check_owner(workflow_id)
+        try:
+            await run_in_threadpool(_delete, catalog, workflow_id)
+        except WorkflowNotFoundError:
+            if not await schedules.remove(workflow_id):
+                raise
+            return Response(status_code=204)
+        await schedules.remove(workflow_id)
+    return Response(status_code=204)
+
+
+def _delete(catalog: Catalog, workflow_id: str) -> None:
     with _WRITES:
         catalog.delete(workflow_id)
-    return Response(status_code=204)
 
 
 __all__ = ["check_workflow", "router"]

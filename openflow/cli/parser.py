@@ -22,7 +22,9 @@ from openflow.cli.runs import (
     cmd_runs_stop,
     cmd_validate,
 )
+from openflow.cli.schedules import add_schedules_command
 from openflow.cli.stack import cmd_api, cmd_dev, cmd_server, cmd_worker
+from openflow.cli.workflows import add_workflows_command
 from openflow.client import (
     RunError,
     check_run_id,
@@ -157,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     actions.required = True
     _add_runs_actions(actions)
+    add_workflows_command(commands)
+    add_schedules_command(commands)
     return parser
 
 

@@ -53,18 +53,23 @@ from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import MAX_ENTRYPOINT_BYTES
 from openflow.engine.spec import Workflow
 from openflow.paths import openflow_home
+from openflow.schedules import ScheduleInvalid, check_schedule
 from openflow.settings import runtime_settings
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """`openflow validate FILE`: 'ok' and 0, or one line per problem and 2."""
     workflow = read_workflow_file(args.file)
-    problems = workflow_problems(workflow)
+    problems = [problem.message for problem in workflow_problems(workflow)]
+    try:
+        check_schedule(workflow)
+    except ScheduleInvalid as exc:
+        problems.append(str(exc))
     if not problems:
         print("ok")
         return EXIT_OK
     for problem in problems:
-        print(problem.message)
+        print(problem)
     return EXIT_BAD_INPUT
 
 

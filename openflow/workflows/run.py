@@ -166,6 +166,9 @@ class OpenFlowRun:
 
     @workflow.run
     async def run(self, inp: c.RunInput) -> c.RunResult:
+        if not inp.run_id:
+            # A schedule's runs: Temporal makes the id (the action's id and the due time).
+            inp = inp.model_copy(update={"run_id": workflow.info().workflow_id})
         self._input = inp
         self._events_limit = (
             HISTORY_EVENTS_LIMIT if workflow.patched(SHORT_EXECUTIONS) else OLD_HISTORY_EVENTS_LIMIT

@@ -16,6 +16,24 @@ from typing import Any, assert_never
 
 from openflow.engine import prompts, review
 from openflow.engine.classify import classify_failure, classify_reply
+from openflow.engine.events import (
+    Aborted,
+    ActionIgnored,
+    ChatMessage,
+    Error,
+    Finished,
+    NodeErrored,
+    NodeFailed,
+    NodeQueued,
+    NodeRetrying,
+    NodeStarted,
+    RunResumed,
+    RunStarted,
+    ToolApproved,
+    ToolDenied,
+    ToolOutcomeUnknown,
+    ToolStarted,
+)
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import MAX_ENTRYPOINT_BYTES, MAX_MESSAGE_BYTES, text_limit_problem
 from openflow.engine.policy import EAGER_TOOLS, SEAL_TOOL, approval_decision
@@ -134,8 +152,8 @@ class _Run(Subagents):
         if ns.announced_attempt < attempt:
             ns.announced_attempt = attempt
             label = self.label(node_id)
-            self.emit("NodeQueued", node_id=node_id, label=label, model_attempt=attempt)
-            self.emit("NodeStarted", node_id=node_id, label=label, model_attempt=attempt)
+            self.emit(NodeQueued(node_id=node_id, label=label, model_attempt=attempt))
+            self.emit(NodeStarted(node_id=node_id, label=label, model_attempt=attempt))
         self.announce_subagents(node_id)
         ns.turn_seq += 1
         call_id = self.new_id(f"model:{node_id}")
@@ -162,11 +180,12 @@ class _Run(Subagents):
         attempt = child.model_attempt if child is not None else None
         for call in batch.calls:
             self.emit(
-                "ToolStarted",
-                node_id=worker,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                arguments=shown_call(call)["arguments"],
+                ToolStarted(
+                    node_id=worker,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    arguments=shown_call(call)["arguments"],
+                )
             )
         self.intents.append(
             RunTools(
@@ -309,7 +328,7 @@ class _Run(Subagents):
         self.s.report = report
         self.s.finished = True
         self.s.status = "completed"
-        self.emit("Finished", report=report)
+        self.emit(Finished(report=report))
 
     def fail_run(self) -> None:
         node_id = self.s.terminal_node or ""
@@ -328,10 +347,11 @@ class _Run(Subagents):
         if ids:
             self.intents.append(CancelWork(ids=tuple(sorted(ids))))
         self.emit(
-            "NodeFailed",
-            node_id=node_id,
-            label=self.label(node_id),
-            error=self.s.terminal_error or "run failed",
+            NodeFailed(
+                node_id=node_id,
+                label=self.label(node_id),
+                error=self.s.terminal_error or "run failed",
+            )
         )
 
     def stop(self) -> None:
@@ -360,7 +380,7 @@ class _Run(Subagents):
             self.intents.append(CancelWork(ids=tuple(sorted(ids))))
         self.s.finished = True
         self.s.status = "stopped"
-        self.emit("Aborted")
+        self.emit(Aborted())
 
     # --- facts --------------------------------------------------------------------------
 
@@ -386,12 +406,12 @@ class _Run(Subagents):
             if reason is not None:
                 too_long = self.s.limits and _text_over_limit(fact) is not None
                 action = _ignored_record(fact) if too_long else fact.model_dump(mode="json")
-                self.emit("ActionIgnored", action=action, reason=reason)
+                self.emit(ActionIgnored(action=action, reason=reason))
             else:
                 self.on_action(fact)
         elif isinstance(fact, ActionMalformed):
             action = {"kind": fact.action, "payload": fact.payload}
-            self.emit("ActionIgnored", action=action, reason=fact.reason, signal=fact.signal)
+            self.emit(ActionIgnored(action=action, reason=fact.reason, signal=fact.signal))
         elif isinstance(fact, TimerFired):
             if self.child_timer_fired(fact.node_id):
                 return
@@ -478,11 +498,12 @@ class _Run(Subagents):
                 self.pause_for_input(node_id, ns.structured_input)
             elif ns.failed is not None and node_id in self.by_id:
                 self.emit(
-                    "NodeErrored",
-                    node_id=node_id,
-                    label=self.label(node_id),
-                    error=ns.failed,
-                    model_attempt=ns.model_attempt,
+                    NodeErrored(
+                        node_id=node_id,
+                        label=self.label(node_id),
+                        error=ns.failed,
+                        model_attempt=ns.model_attempt,
+                    )
                 )
         for batch_id in sorted(self.s.batches):
             if self.s.batches[batch_id].requires_approval:
@@ -502,12 +523,13 @@ class _Run(Subagents):
         ns.transient_streak += 1
         ns.retries = min(ns.retries + 1, MAX_MODEL_ATTEMPT)
         self.emit(
-            "NodeRetrying",
-            node_id=node_id,
-            label=self.label(node_id),
-            attempt=ns.model_attempt,
-            backoff_ms=0,
-            error=display,
+            NodeRetrying(
+                node_id=node_id,
+                label=self.label(node_id),
+                attempt=ns.model_attempt,
+                backoff_ms=0,
+                error=display,
+            )
         )
 
     def on_handoff(self, fact: HandoffStored) -> None:
@@ -606,10 +628,7 @@ class _Run(Subagents):
             return
         for call in batch.calls:
             self.emit(
-                "ToolOutcomeUnknown",
-                node_id=batch.node_id,
-                tool_call_id=call.id,
-                tool_name=call.name,
+                ToolOutcomeUnknown(node_id=batch.node_id, tool_call_id=call.id, tool_name=call.name)
             )
         self.close_dangling(batch.node_id, prompts.UNKNOWN_OUTCOME_RESULT)
 
@@ -628,7 +647,7 @@ class _Run(Subagents):
                 self.retry(fact.node_id, fact.text)
             else:
                 ns.queued_messages.append(fact.text)
-                self.emit("ChatMessage", node_id=fact.node_id, role="user", content=fact.text)
+                self.emit(ChatMessage(node_id=fact.node_id, role="user", content=fact.text))
         else:
             assert_never(fact)
 
@@ -638,23 +657,25 @@ class _Run(Subagents):
             batch.requires_approval = False
             for call in batch.calls:
                 self.emit(
-                    "ToolApproved",
-                    approval_id=batch.batch_id,
-                    node_id=batch.node_id,
-                    tool_call_id=call.id,
-                    tool_name=call.name,
+                    ToolApproved(
+                        approval_id=batch.batch_id,
+                        node_id=batch.node_id,
+                        tool_call_id=call.id,
+                        tool_name=call.name,
+                    )
                 )
             return
         self.s.batches.pop(batch.batch_id)
         text = prompts.denial_result(fact.reason)
         for call in batch.calls:
             self.emit(
-                "ToolDenied",
-                approval_id=batch.batch_id,
-                node_id=batch.node_id,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                reason=fact.reason or "Tool call denied by the user.",
+                ToolDenied(
+                    approval_id=batch.batch_id,
+                    node_id=batch.node_id,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    reason=fact.reason or "Tool call denied by the user.",
+                )
             )
             self.add_result(batch.node_id, call, text, is_error=True)
 
@@ -663,7 +684,7 @@ class _Run(Subagents):
         ns.awaiting = False
         ns.structured_input = None
         self.append(node_id, UserItem(content=text))
-        self.emit("ChatMessage", node_id=node_id, role="user", content=text)
+        self.emit(ChatMessage(node_id=node_id, role="user", content=text))
 
     def retry(self, node_id: str, message: str | None) -> None:
         ns = self.node(node_id)
@@ -675,7 +696,7 @@ class _Run(Subagents):
         ns.announced_attempt = min(ns.announced_attempt, ns.model_attempt - 1)
         if message:
             self.append(node_id, UserItem(content=message))
-            self.emit("ChatMessage", node_id=node_id, role="user", content=message)
+            self.emit(ChatMessage(node_id=node_id, role="user", content=message))
 
 
 def check(snapshot: RunSnapshot, action: Any) -> str | None:
@@ -815,14 +836,11 @@ def start(
     if limits and too_long is not None:
         shown = entrypoint_text[:_IGNORED_TEXT_CHARS] + "…"
     run.emit(
-        "RunStarted",
-        workflow_id=workflow.id,
-        workflow_name=workflow.name,
-        entrypoint_text=shown,
+        RunStarted(workflow_id=workflow.id, workflow_name=workflow.name, entrypoint_text=shown)
     )
     for warning in warnings:
         text = warning if warning.startswith("ignored ") else f"ignored {warning}"
-        run.emit("Error", message=text)
+        run.emit(Error(message=text))
     problems = workflow_problems(workflow, limits=limits)
     if start_error is not None:
         run.terminal("", f"the run could not start: {start_error}")
@@ -882,7 +900,7 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
     run.s.terminal_error = None
     run.s.terminal_node = None
     run.s.status = "running"
-    run.emit("RunResumed", from_status=previous)
+    run.emit(RunResumed(from_status=previous))
     # A review cut off by the checkpoint is asked again.
     run.s.review_call = None
     packet = run.s.packet

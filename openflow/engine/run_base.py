@@ -13,7 +13,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from openflow.engine import prompts
-from openflow.engine.events import RunEvent
+from openflow.engine.events import (
+    Error,
+    NodeErrored,
+    PhaseTimed,
+    RunEvent,
+    ToolCompleted,
+    stamped,
+)
 from openflow.engine.graph import ancestors, parents, parents_map
 from openflow.engine.harness import cache_key_for, harness_tool_specs
 from openflow.engine.policy import (
@@ -78,23 +85,21 @@ class RunBase:
 
     # --- small helpers ------------------------------------------------------------------
 
-    def emit(self, type_: str, **fields: Any) -> None:
+    def emit(self, event: RunEvent) -> None:
+        """Append an event to the step's log, numbered and timed."""
         self.s.event_seq += 1
-        data = {"type": type_, "seq": self.s.event_seq, "at_ms": self.now, **fields}
-        self.events.append(EVENT_ADAPTER.validate_python(data))
+        self.events.append(stamped(event, seq=self.s.event_seq, at_ms=self.now))
 
     def time_model(self, node_id: str, ms: int | None) -> None:
         """Spec 9.1's `PhaseTimed` ai_invoke, from the duration the model call measured."""
         if ms is not None:
             label = self.by_id[node_id].label if node_id in self.by_id else node_id
-            self.emit("PhaseTimed", phase="ai_invoke", label=label, node_id=node_id, duration_ms=ms)
+            self.emit(PhaseTimed(phase="ai_invoke", label=label, node_id=node_id, duration_ms=ms))
 
     def time_tool(self, node_id: str, tool: str, ms: tuple[int, ...], index: int) -> None:
         """Spec 9.1's `PhaseTimed` tool, from the durations the batch measured."""
         if index < len(ms):
-            self.emit(
-                "PhaseTimed", phase="tool", label=tool, node_id=node_id, duration_ms=ms[index]
-            )
+            self.emit(PhaseTimed(phase="tool", label=tool, node_id=node_id, duration_ms=ms[index]))
 
     def emit_reported(self, node_id: str, data: dict[str, Any]) -> None:
         """An event a tool batch reported; one that is not a valid run event is noted, not kept."""
@@ -106,7 +111,7 @@ class RunBase:
         try:
             event = EVENT_ADAPTER.validate_python({"type": type_, "seq": 0, "at_ms": 0, **fields})
         except ValidationError:
-            self.emit("Error", message=f"ignored tool event {type_!r} of node {node_id!r}")
+            self.emit(Error(message=f"ignored tool event {type_!r} of node {node_id!r}"))
             return
         self.s.event_seq += 1
         self.events.append(event.model_copy(update={"seq": self.s.event_seq, "at_ms": self.now}))
@@ -164,11 +169,12 @@ class RunBase:
         if newly:
             ns.errored_attempt = ns.model_attempt
             self.emit(
-                "NodeErrored",
-                node_id=node_id,
-                label=self.label(node_id),
-                error=error,
-                model_attempt=ns.model_attempt,
+                NodeErrored(
+                    node_id=node_id,
+                    label=self.label(node_id),
+                    error=error,
+                    model_attempt=ns.model_attempt,
+                )
             )
 
     def terminal(self, node_id: str, error: str) -> None:
@@ -219,14 +225,15 @@ class RunBase:
         )
         self.append(node_id, ToolResultItem(result=result), origin)
         self.emit(
-            "ToolCompleted",
-            node_id=node_id,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=content,
-            is_error=is_error,
-            artifact_ids=list(artifact_ids),
-            output_meta=output_meta,
+            ToolCompleted(
+                node_id=node_id,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                content=content,
+                is_error=is_error,
+                artifact_ids=list(artifact_ids),
+                output_meta=output_meta,
+            )
         )
 
     def node_batches(self, node_id: str) -> list[PendingBatch]:

@@ -41,7 +41,24 @@ from openflow.engine.classify import (
     classify_reply,
 )
 from openflow.engine.errors import EngineError
-from openflow.engine.events import SubagentStatus, SubagentSummary
+from openflow.engine.events import (
+    AiInvokeFailed,
+    ChatMessage,
+    NodeCompleted,
+    NodeQueued,
+    NodeRetrying,
+    NodeStarted,
+    SubagentCompleted,
+    SubagentFailed,
+    SubagentsDeclared,
+    SubagentStarted,
+    SubagentStatus,
+    SubagentSummary,
+    ToolCallProposed,
+    ToolCompleted,
+    ToolOutcomeUnknown,
+    ToolStarted,
+)
 from openflow.engine.harness import DEFAULT_OUTPUT_SCHEMA, cache_key_for, harness_tool_specs
 from openflow.engine.policy import (
     CALL_SUBAGENT,
@@ -221,7 +238,7 @@ class Subagents(Turns):
         records = [self.s.subagents.get(a.id) for a in self.saved_agents_of(node_id)]
         summaries = [self.summary(r) for r in records if r is not None]
         if summaries:
-            self.emit("SubagentsDeclared", node_id=node_id, summaries=summaries)
+            self.emit(SubagentsDeclared(node_id=node_id, summaries=summaries))
 
     # --- runtime calls of the parent ----------------------------------------------------
 
@@ -262,11 +279,12 @@ class Subagents(Turns):
                 break
             batch.calls.pop(0)
             self.emit(
-                "ToolStarted",
-                node_id=node_id,
-                tool_call_id=first.id,
-                tool_name=first.name,
-                arguments=shown_call(first)["arguments"],
+                ToolStarted(
+                    node_id=node_id,
+                    tool_call_id=first.id,
+                    tool_name=first.name,
+                    arguments=shown_call(first)["arguments"],
+                )
             )
             if first.name == DECLARE_SUBAGENTS:
                 self.declare(node_id, first)
@@ -296,9 +314,7 @@ class Subagents(Turns):
             )
             self.s.subagents[record.id] = record
             declared.append(record)
-        self.emit(
-            "SubagentsDeclared", node_id=node_id, summaries=[self.summary(r) for r in declared]
-        )
+        self.emit(SubagentsDeclared(node_id=node_id, summaries=[self.summary(r) for r in declared]))
         content = prompts.subagents_declared(
             [
                 {"id": r.id, "name": r.name, "purpose": r.purpose, "status": "declared"}
@@ -344,7 +360,7 @@ class Subagents(Turns):
             origins=[None],
         )
         self.set_status(subagent_id, "active")
-        self.emit("SubagentStarted", node_id=node_id, subagent_id=subagent_id)
+        self.emit(SubagentStarted(node_id=node_id, subagent_id=subagent_id))
         return True
 
     # --- the child's model calls --------------------------------------------------------
@@ -437,8 +453,8 @@ class Subagents(Turns):
             child.announced_attempt = attempt
             label = request.node_label
             sid = child.subagent_id
-            self.emit("NodeQueued", node_id=sid, label=label, model_attempt=attempt)
-            self.emit("NodeStarted", node_id=sid, label=label, model_attempt=attempt)
+            self.emit(NodeQueued(node_id=sid, label=label, model_attempt=attempt))
+            self.emit(NodeStarted(node_id=sid, label=label, model_attempt=attempt))
         call_id = self.new_id(f"model:{child.subagent_id}")
         child.in_flight = InFlightCall(call_id=call_id, model_attempt=attempt, kind="subagent")
         inline = child.inline_next
@@ -516,9 +532,9 @@ class Subagents(Turns):
 
         for block in reply.reasoning:
             if block.type in ("text", "summary") and block.text.strip():
-                self.emit("ChatMessage", node_id=sid, role="thinking", content=block.text)
+                self.emit(ChatMessage(node_id=sid, role="thinking", content=block.text))
         if reply.text.strip() and not reply.streamed:
-            self.emit("ChatMessage", node_id=sid, role="assistant", content=reply.text.strip())
+            self.emit(ChatMessage(node_id=sid, role="assistant", content=reply.text.strip()))
         if reply.reasoning and not isinstance(outcome, Completed):
             keep(ReasoningItem(blocks=reply.reasoning))
         if isinstance(outcome, Completed):
@@ -555,12 +571,13 @@ class Subagents(Turns):
         child.transient_streak += 1
         child.retries = min(child.retries + 1, MAX_MODEL_ATTEMPT)
         self.emit(
-            "NodeRetrying",
-            node_id=child.subagent_id,
-            label=self.child_name(child),
-            attempt=child.model_attempt,
-            backoff_ms=0,
-            error=display,
+            NodeRetrying(
+                node_id=child.subagent_id,
+                label=self.child_name(child),
+                attempt=child.model_attempt,
+                backoff_ms=0,
+                error=display,
+            )
         )
 
     def child_append(
@@ -595,7 +612,7 @@ class Subagents(Turns):
                 keep(ToolCallItem(call=call))
             else:
                 self.child_append(node_id, ToolCallItem(call=call))
-            self.emit("ToolCallProposed", node_id=sid, label=label, tool_call=shown_call(call))
+            self.emit(ToolCallProposed(node_id=sid, label=label, tool_call=shown_call(call)))
             refusal = self.child_refusal(call, raw.id in outcome.invalid_call_ids, mode, offered)
             if refusal is not None:
                 if refusal == prompts.MISSING_CONTENT_RESULT:
@@ -669,14 +686,15 @@ class Subagents(Turns):
         )
         self.child_append(node_id, ToolResultItem(result=result), origin)
         self.emit(
-            "ToolCompleted",
-            node_id=self.child_of(node_id).subagent_id,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=content,
-            is_error=is_error,
-            artifact_ids=list(artifact_ids),
-            output_meta=output_meta,
+            ToolCompleted(
+                node_id=self.child_of(node_id).subagent_id,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                content=content,
+                is_error=is_error,
+                artifact_ids=list(artifact_ids),
+                output_meta=output_meta,
+            )
         )
 
     def on_child_text(self, node_id: str, text: str, keep: Keep) -> None:
@@ -711,7 +729,7 @@ class Subagents(Turns):
         child = self.child_of(node_id)
         display = error_text(err)
         label = self.child_name(child)
-        self.emit("AiInvokeFailed", node_id=child.subagent_id, label=label, error=display)
+        self.emit(AiInvokeFailed(node_id=child.subagent_id, label=label, error=display))
         if err.error == "interrupted":
             self.interrupt(node_id)
             return
@@ -726,12 +744,13 @@ class Subagents(Turns):
                     delay = max(delay, err.retry_after_ms)
                 child.backoff_until_ms = self.now + delay
                 self.emit(
-                    "NodeRetrying",
-                    node_id=child.subagent_id,
-                    label=label,
-                    attempt=child.model_attempt,
-                    backoff_ms=delay,
-                    error=display,
+                    NodeRetrying(
+                        node_id=child.subagent_id,
+                        label=label,
+                        attempt=child.model_attempt,
+                        backoff_ms=delay,
+                        error=display,
+                    )
                 )
                 self.intents.append(
                     SleepUntil(node_id=child.timer_key, wake_at_ms=child.backoff_until_ms)
@@ -790,10 +809,9 @@ class Subagents(Turns):
             return
         for call in batch.calls:
             self.emit(
-                "ToolOutcomeUnknown",
-                node_id=child.subagent_id,
-                tool_call_id=call.id,
-                tool_name=call.name,
+                ToolOutcomeUnknown(
+                    node_id=child.subagent_id, tool_call_id=call.id, tool_name=call.name
+                )
             )
         self.close_child_calls(batch.node_id, batch.calls, prompts.UNKNOWN_OUTCOME_RESULT)
 
@@ -817,10 +835,8 @@ class Subagents(Turns):
         name = self.child_name(child)
         ns.child = None
         self.set_status(child.subagent_id, "completed")
-        self.emit(
-            "NodeCompleted", node_id=child.subagent_id, label=name, output=output, handoff=None
-        )
-        self.emit("SubagentCompleted", node_id=node_id, subagent_id=child.subagent_id)
+        self.emit(NodeCompleted(node_id=child.subagent_id, label=name, output=output, handoff=None))
+        self.emit(SubagentCompleted(node_id=node_id, subagent_id=child.subagent_id))
         self.add_result(
             node_id, child.call, prompts.subagent_completed(name, output), is_error=False
         )
@@ -835,7 +851,7 @@ class Subagents(Turns):
                 self.s.batches.pop(batch.batch_id)
         ns.child = None
         self.set_status(child.subagent_id, "failed")
-        self.emit("SubagentFailed", node_id=node_id, subagent_id=child.subagent_id, error=error)
+        self.emit(SubagentFailed(node_id=node_id, subagent_id=child.subagent_id, error=error))
         self.add_result(node_id, child.call, prompts.subagent_failed(name, error), is_error=True)
 
     def abort_child(self, node_id: str) -> list[str]:
@@ -853,10 +869,9 @@ class Subagents(Turns):
         ns.child = None
         self.set_status(child.subagent_id, child.prior_status)
         self.emit(
-            "SubagentFailed",
-            node_id=node_id,
-            subagent_id=child.subagent_id,
-            error=prompts.SUBAGENT_INTERRUPTED,
+            SubagentFailed(
+                node_id=node_id, subagent_id=child.subagent_id, error=prompts.SUBAGENT_INTERRUPTED
+            )
         )
         self.add_result(node_id, child.call, prompts.INTERRUPTED_RESULT, is_error=True)
         return ids

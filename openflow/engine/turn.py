@@ -25,6 +25,20 @@ from openflow.engine.classify import (
     classify_reply,
     complete_submit,
 )
+from openflow.engine.events import (
+    AiInvokeFailed,
+    ChatMessage,
+    NodeAwaitingInput,
+    NodeCompleted,
+    NodeInterrupted,
+    NodeRetrying,
+    OutputRepairFailed,
+    OutputRepairStarted,
+    OutputRepairSucceeded,
+    ToolApprovalRequested,
+    ToolCallProposed,
+    UsageReported,
+)
 from openflow.engine.harness import cache_key_for, harness_tool_specs, submission_parameters
 from openflow.engine.policy import (
     HARNESS_ASK_QUESTION,
@@ -106,9 +120,9 @@ class Turns(RunBase):
 
         for block in reply.reasoning:
             if block.type in ("text", "summary") and block.text.strip():
-                self.emit("ChatMessage", node_id=node_id, role="thinking", content=block.text)
+                self.emit(ChatMessage(node_id=node_id, role="thinking", content=block.text))
         if reply.text.strip() and not reply.streamed:
-            self.emit("ChatMessage", node_id=node_id, role="assistant", content=reply.text.strip())
+            self.emit(ChatMessage(node_id=node_id, role="assistant", content=reply.text.strip()))
         reasoning: list[TranscriptItem] = (
             [ReasoningItem(blocks=reply.reasoning)] if reply.reasoning else []
         )
@@ -150,11 +164,12 @@ class Turns(RunBase):
             return
         self.count_usage(reply)
         self.emit(
-            "UsageReported",
-            node_id=node_id,
-            usage=reply.usage.model_dump(),
-            model=reply.model,
-            max_context_tokens=reply.max_context_tokens,
+            UsageReported(
+                node_id=node_id,
+                usage=reply.usage.model_dump(),
+                model=reply.model,
+                max_context_tokens=reply.max_context_tokens,
+            )
         )
 
     def markdown_headings(self, node_id: str) -> list[str] | None:
@@ -201,11 +216,9 @@ class Turns(RunBase):
         if self.is_plan_source(node_id):
             self.s.packet = ChangeEvidencePacket.freeze(node_id, output)
         self.emit(
-            "NodeCompleted",
-            node_id=node_id,
-            label=self.label(node_id),
-            output=output,
-            handoff=handoff,
+            NodeCompleted(
+                node_id=node_id, label=self.label(node_id), output=output, handoff=handoff
+            )
         )
 
     def relativize(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -308,7 +321,7 @@ class Turns(RunBase):
         self.s.batches[batch_id] = batch
         label = self.label(node_id)
         for call in calls:
-            self.emit("ToolCallProposed", node_id=node_id, label=label, tool_call=shown_call(call))
+            self.emit(ToolCallProposed(node_id=node_id, label=label, tool_call=shown_call(call)))
         if requires:
             self.announce_approval(batch_id)
 
@@ -318,15 +331,16 @@ class Turns(RunBase):
         calls = batch.calls
         first = calls[0]
         self.emit(
-            "ToolApprovalRequested",
-            request={
-                "approvalId": batch_id,
-                "nodeId": batch.node_id,
-                "nodeLabel": self.label(batch.node_id),
-                "toolCall": shown_call(first),
-                "tier": self.tier_of(first.name, first.arguments),
-                "toolCalls": [shown_call(c) for c in calls],
-            },
+            ToolApprovalRequested(
+                request={
+                    "approvalId": batch_id,
+                    "nodeId": batch.node_id,
+                    "nodeLabel": self.label(batch.node_id),
+                    "toolCall": shown_call(first),
+                    "tier": self.tier_of(first.name, first.arguments),
+                    "toolCalls": [shown_call(c) for c in calls],
+                }
+            )
         )
 
     def record_seal(self, node_id: str, call: ToolCall, artifact_ids: tuple[str, ...]) -> None:
@@ -366,10 +380,9 @@ class Turns(RunBase):
             if conversational:
                 self.append(node_id, AssistantItem(content=prompts.NARRATION_HANDOFF))
                 self.emit(
-                    "ChatMessage",
-                    node_id=node_id,
-                    role="assistant",
-                    content=prompts.NARRATION_HANDOFF,
+                    ChatMessage(
+                        node_id=node_id, role="assistant", content=prompts.NARRATION_HANDOFF
+                    )
                 )
                 self.pause_for_input(node_id, None)
             else:
@@ -426,7 +439,7 @@ class Turns(RunBase):
         keep(AssistantItem(content=outcome.assistant_message.strip()))
         if outcome.assistant_message.strip():
             self.emit(
-                "ChatMessage", node_id=node_id, role="assistant", content=outcome.assistant_message
+                ChatMessage(node_id=node_id, role="assistant", content=outcome.assistant_message)
             )
         self.pause_for_input(node_id, structured)
 
@@ -442,12 +455,13 @@ class Turns(RunBase):
             context_parts.append(f"Entrypoint: {self.s.entrypoint_text}\n")
         context = "".join(context_parts) + f"\nTask: {self.by_id[node_id].agent.task_prompt}"
         self.emit(
-            "NodeAwaitingInput",
-            node_id=node_id,
-            label=self.label(node_id),
-            context=context,
-            is_initial=False,
-            structured_input=structured,
+            NodeAwaitingInput(
+                node_id=node_id,
+                label=self.label(node_id),
+                context=context,
+                is_initial=False,
+                structured_input=structured,
+            )
         )
 
     # --- errors -------------------------------------------------------------------------
@@ -462,7 +476,7 @@ class Turns(RunBase):
             return
         label = self.label(node_id)
         display = error_text(err)
-        self.emit("AiInvokeFailed", node_id=node_id, label=label, error=display)
+        self.emit(AiInvokeFailed(node_id=node_id, label=label, error=display))
         agent = self.by_id[node_id].agent
         if err.error == "interrupted":
             self.interrupt(node_id)
@@ -511,7 +525,7 @@ class Turns(RunBase):
             return False
         self.append(node_id, AssistantItem(content=prompts.EMPTY_TURNS_HANDOFF))
         self.emit(
-            "ChatMessage", node_id=node_id, role="assistant", content=prompts.EMPTY_TURNS_HANDOFF
+            ChatMessage(node_id=node_id, role="assistant", content=prompts.EMPTY_TURNS_HANDOFF)
         )
         self.pause_for_input(node_id, None)
         return True
@@ -529,12 +543,13 @@ class Turns(RunBase):
             delay = max(delay, err.retry_after_ms)
         ns.backoff_until_ms = self.now + delay
         self.emit(
-            "NodeRetrying",
-            node_id=node_id,
-            label=self.label(node_id),
-            attempt=ns.model_attempt,
-            backoff_ms=delay,
-            error=display,
+            NodeRetrying(
+                node_id=node_id,
+                label=self.label(node_id),
+                attempt=ns.model_attempt,
+                backoff_ms=delay,
+                error=display,
+            )
         )
         self.intents.append(SleepUntil(node_id=node_id, wake_at_ms=ns.backoff_until_ms))
         return True
@@ -547,7 +562,7 @@ class Turns(RunBase):
         for batch in self.node_batches(node_id):
             self.s.batches.pop(batch.batch_id)
         self.close_dangling(node_id, prompts.INTERRUPTED_RESULT)
-        self.emit("NodeInterrupted", node_id=node_id, label=self.label(node_id))
+        self.emit(NodeInterrupted(node_id=node_id, label=self.label(node_id)))
 
     # --- output repair (spec 3.9) -------------------------------------------------------
 
@@ -599,7 +614,7 @@ class Turns(RunBase):
         call_id = self.new_id(f"repair:{node_id}")
         ns.pending_repair = {"error": err.model_dump(mode="json"), "model": request.model}
         ns.in_flight = InFlightCall(call_id=call_id, model_attempt=ns.model_attempt, kind="repair")
-        self.emit("OutputRepairStarted", node_id=node_id, model=request.model)
+        self.emit(OutputRepairStarted(node_id=node_id, model=request.model))
         self.intents.append(
             CallModel(
                 call_id=call_id,
@@ -637,9 +652,7 @@ class Turns(RunBase):
                     args, json.dumps(args), schema, None, self.markdown_headings(node_id)
                 )
                 if isinstance(repaired, Completed):
-                    self.emit(
-                        "OutputRepairSucceeded", node_id=node_id, model=reply.model or "repair"
-                    )
+                    self.emit(OutputRepairSucceeded(node_id=node_id, model=reply.model or "repair"))
                     self.on_completed(
                         node_id, repaired, [], lambda item: self.append(node_id, item)
                     )
@@ -651,16 +664,14 @@ class Turns(RunBase):
             reason = error_text(outcome)
         else:
             reason = "the repair model did not submit repaired arguments"
-        self.emit("OutputRepairFailed", node_id=node_id, reason=reason)
+        self.emit(OutputRepairFailed(node_id=node_id, reason=reason))
         self.on_error(node_id, original, allow_repair=False)
 
     def on_repair_failure(self, node_id: str, failure: ProviderFailure) -> None:
         original = self.take_repair(node_id)
         if original is None:
             return
-        self.emit(
-            "OutputRepairFailed", node_id=node_id, reason=error_text(classify_failure(failure))
-        )
+        self.emit(OutputRepairFailed(node_id=node_id, reason=error_text(classify_failure(failure))))
         if failure.kind == "interrupted":
             self.interrupt(node_id)
             return

@@ -13,12 +13,7 @@ from typing import Any
 from openflow.engine import prompts
 from openflow.engine.classify import TurnError
 from openflow.engine.events import SubagentSummary
-from openflow.engine.harness import (
-    DEFAULT_OUTPUT_SCHEMA,
-    cache_key_for,
-    harness_tool_specs,
-    submission_parameters,
-)
+from openflow.engine.harness import cache_key_for, harness_tool_specs, submission_parameters
 from openflow.engine.policy import (
     CALL_SUBAGENT,
     DECLARE_SUBAGENTS,
@@ -29,6 +24,7 @@ from openflow.engine.policy import (
 from openflow.engine.protocol import REPAIR_SUFFIX
 from openflow.engine.request import AgentRequest, ToolSpec
 from openflow.engine.spec import (
+    DEFAULT_OUTPUT_SCHEMA,
     CallableAgent,
     Node,
     Workflow,

@@ -22,9 +22,9 @@ from openflow.engine.conversation import (
     report_usage,
     send,
 )
-from openflow.engine.events import Aborted, Finished, NodeFailed, ToolStarted
+from openflow.engine.events import Aborted, Finished, NodeFailed
 from openflow.engine.lifecycle import abort_child
-from openflow.engine.protocol import shown_call
+from openflow.engine.protocol import tool_started
 from openflow.engine.request import ModelReply
 from openflow.engine.state import (
     Awaiting,
@@ -102,14 +102,7 @@ def dispatch_batch(step: Step, batch: PendingBatch) -> None:
     worker = batch.subagent_id or batch.node_id
     attempt = child.model_attempt if child is not None else None
     for call in batch.calls:
-        step.emit(
-            ToolStarted(
-                node_id=worker,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                arguments=shown_call(call)["arguments"],
-            )
-        )
+        step.emit(tool_started(worker, call))
     step.intents.append(
         RunTools(
             batch_id=batch.batch_id,

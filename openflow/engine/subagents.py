@@ -69,7 +69,6 @@ from openflow.engine.events import (
     SubagentStarted,
     SubagentStatus,
     ToolCallProposed,
-    ToolStarted,
 )
 from openflow.engine.lifecycle import interrupt
 from openflow.engine.policy import (
@@ -80,7 +79,7 @@ from openflow.engine.policy import (
     batch_has_side_effects,
     plan_verdict,
 )
-from openflow.engine.protocol import error_text, shown_call
+from openflow.engine.protocol import error_text, shown_call, tool_started
 from openflow.engine.request import ModelReply
 from openflow.engine.state import (
     ChildRun,
@@ -150,14 +149,7 @@ def step_runtime_batch(step: Step, batch: PendingBatch) -> PendingBatch | None:
             step.s.batches[segment.batch_id] = segment
             break
         batch.calls.pop(0)
-        step.emit(
-            ToolStarted(
-                node_id=node_id,
-                tool_call_id=first.id,
-                tool_name=first.name,
-                arguments=shown_call(first)["arguments"],
-            )
-        )
+        step.emit(tool_started(node_id, first))
         if first.name == DECLARE_SUBAGENTS:
             declare(step, node_id, first)
         elif call_subagent(step, node_id, first):

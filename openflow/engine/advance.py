@@ -36,6 +36,7 @@ from openflow.engine.schedule import awaiting, schedule
 from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.state import (
     Fact,
+    Interrupted,
     NodeState,
     Plan,
     RunSnapshot,
@@ -183,7 +184,7 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
     for node_id in sorted(step.s.nodes):
         if step.s.nodes[node_id].child is not None and node_id in step.by_id:
             abort_child(step, node_id)
-            step.node(node_id).interrupted = True
+            step.node(node_id).phase = Interrupted()
     for batch_id, batch in sorted(step.s.batches.items()):
         if batch.in_flight and batch.side_effects:
             on_tools_unknown(step, ToolsOutcomeUnknown(batch_id=batch_id))
@@ -196,7 +197,7 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
         ns.pending_repair = None
         if conv.in_flight is not None:
             conv.in_flight = None
-            ns.interrupted = True
+            ns.phase = Interrupted()
         node = step.by_id.get(node_id)
         if ns.handoff_job is not None and node is not None:
             fmt = node.agent.handoff.format
@@ -205,8 +206,7 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
                     WriteHandoff(node_id=node_id, format=fmt, output=ns.handoff_job.get("output"))
                 )
             else:
-                ns.handoff_job = None
-                ns.interrupted = True
+                ns.phase = Interrupted()
         if ns.interrupted:
             retry(step, node_id, None)
     announce_pauses(step)

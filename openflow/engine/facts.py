@@ -47,6 +47,7 @@ from openflow.engine.state import (
     ModelReplied,
     PendingBatch,
     ReadReceipt,
+    Ready,
     ReceiptRead,
     RetryRequested,
     RunSnapshot,
@@ -208,7 +209,7 @@ def on_handoff(step: Step, fact: HandoffStored) -> None:
     job = ns.handoff_job
     if job is None:
         return
-    ns.handoff_job = None
+    ns.phase = Ready()
     if fact.error is not None or fact.manifest is None:
         fail_node(step, fact.node_id, f"permanent: node handoff could not be stored: {fact.error}")
         return
@@ -377,8 +378,7 @@ def decide(step: Step, fact: ApprovalDecided) -> None:
 
 def give_input(step: Step, node_id: str, text: str) -> None:
     ns = step.node(node_id)
-    ns.awaiting = False
-    ns.structured_input = None
+    ns.phase = Ready()
     append(step, Seat(node_id), UserItem(content=text))
     step.emit(ChatMessage(node_id=node_id, role="user", content=text))
 
@@ -386,8 +386,7 @@ def give_input(step: Step, node_id: str, text: str) -> None:
 def retry(step: Step, node_id: str, message: str | None) -> None:
     ns = step.node(node_id)
     conv = ns.conversation
-    ns.failed = None
-    ns.interrupted = False
+    ns.phase = Ready()
     ns.pending_repair = None
     reset_protocol(conv)
     conv.retries = min(conv.retries + 1, MAX_MODEL_ATTEMPT)

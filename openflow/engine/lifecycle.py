@@ -9,7 +9,7 @@ from __future__ import annotations
 from openflow.engine import prompts
 from openflow.engine.conversation import Seat, add_result, close_open
 from openflow.engine.events import NodeErrored, NodeInterrupted, SubagentFailed
-from openflow.engine.state import CancelWork
+from openflow.engine.state import CancelWork, Failed, Interrupted
 from openflow.engine.step import Step
 
 
@@ -17,8 +17,7 @@ def fail_node(step: Step, node_id: str, error: str) -> None:
     """The node failed; the run waits for a retry (`NodeErrored` once)."""
     ns = step.node(node_id)
     newly = ns.failed is None
-    ns.failed = error
-    ns.awaiting = False
+    ns.phase = Failed(error=error)
     if newly:
         ns.errored_attempt = ns.model_attempt
         step.emit(
@@ -37,7 +36,7 @@ def interrupt(step: Step, node_id: str) -> None:
     if ids:
         step.intents.append(CancelWork(ids=tuple(sorted(ids))))
     ns = step.node(node_id)
-    ns.interrupted = True
+    ns.phase = Interrupted()
     ns.conversation.backoff_until_ms = None
     ns.pending_repair = None
     for batch in step.node_batches(node_id):

@@ -30,6 +30,7 @@ from openflow.engine.state import (
     Awaiting,
     CallModel,
     CancelWork,
+    Interrupted,
     PendingBatch,
     RunTools,
     TranscriptDelta,
@@ -295,21 +296,20 @@ def stop(step: Step) -> None:
         conv = ns.conversation
         if ns.child is not None:
             ids += abort_child(step, node_id)
-            ns.interrupted = True
+            ns.phase = Interrupted()
         if conv.in_flight is not None:
             ids.append(conv.in_flight.call_id)
             conv.in_flight = None
             ns.pending_repair = None
-            ns.interrupted = True
+            ns.phase = Interrupted()
         conv.backoff_until_ms = None
         if ns.handoff_job is not None:
-            ns.handoff_job = None
-            ns.interrupted = True
+            ns.phase = Interrupted()
     for batch_id, batch in sorted(s.batches.items()):
         if batch.in_flight:
             ids.append(batch_id)
             s.batches.pop(batch_id)
-            step.node(batch.node_id).interrupted = True
+            step.node(batch.node_id).phase = Interrupted()
             close_open(step, Seat(batch.node_id), prompts.INTERRUPTED_RESULT)
     if ids:
         step.intents.append(CancelWork(ids=tuple(sorted(ids))))

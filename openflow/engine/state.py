@@ -239,18 +239,89 @@ def child_timer_key(subagent_id: str) -> str:
     return f"subagent:{subagent_id}"
 
 
-class NodeState(_HoldsConversation):
-    """Everything the engine knows about one node: its conversation and its lifecycle."""
+class Ready(_Frozen):
+    """Working: calling its model, waiting on its tools or its subagent, or about to."""
 
-    output: Any = None
-    has_output: bool = False
-    handoff: dict[str, Any] | None = None
-    handoff_job: dict[str, Any] | None = None
-    queued_messages: list[str] = Field(default_factory=list)
-    awaiting: bool = False
+    kind: Literal["ready"] = "ready"
+
+
+class AwaitingInput(_Frozen):
+    """Paused for a person's answer (`structured_input`: the questions it asked, if any)."""
+
+    kind: Literal["awaiting"] = "awaiting"
     structured_input: dict[str, Any] | None = None
-    failed: str | None = None
-    interrupted: bool = False
+
+
+class Failed(_Frozen):
+    """Failed; the run waits for a retry (a retryable pause)."""
+
+    kind: Literal["failed"] = "failed"
+    error: str
+
+
+class Interrupted(_Frozen):
+    """Stopped mid-turn by a person or a stop; the run waits for a retry."""
+
+    kind: Literal["interrupted"] = "interrupted"
+
+
+class StoringHandoff(_Frozen):
+    """Submitted; its handoff is being written (`job`: the output and the message)."""
+
+    kind: Literal["storing_handoff"] = "storing_handoff"
+    job: dict[str, Any]
+
+
+class Done(_Frozen):
+    """Completed with its output (and the stored handoff's manifest)."""
+
+    kind: Literal["done"] = "done"
+    output: Any = None
+    handoff: dict[str, Any] | None = None
+
+
+NodePhase = Annotated[
+    Ready | AwaitingInput | Failed | Interrupted | StoringHandoff | Done,
+    Field(discriminator="kind"),
+]
+
+#: The fields history keeps a node's phase in (snapshots recorded before `phase` have them).
+_PHASE_FIELDS = (
+    "output",
+    "has_output",
+    "handoff",
+    "handoff_job",
+    "awaiting",
+    "structured_input",
+    "failed",
+    "interrupted",
+)
+
+
+def _phase_of(data: dict[str, Any]) -> dict[str, Any]:
+    """The phase the stored lifecycle fields describe (a finished node first)."""
+    if data.get("has_output"):
+        return {"kind": "done", "output": data.get("output"), "handoff": data.get("handoff")}
+    if data.get("handoff_job") is not None:
+        return {"kind": "storing_handoff", "job": data["handoff_job"]}
+    if data.get("awaiting"):
+        return {"kind": "awaiting", "structured_input": data.get("structured_input")}
+    if data.get("interrupted"):
+        return {"kind": "interrupted"}
+    if data.get("failed") is not None:
+        return {"kind": "failed", "error": data["failed"]}
+    return {"kind": "ready"}
+
+
+class NodeState(_HoldsConversation):
+    """Everything the engine knows about one node: its conversation and its lifecycle `phase`.
+
+    On the wire the phase is kept as the lifecycle fields of older snapshots (`has_output`,
+    `awaiting`, `failed`, ...), which the read-only properties of the same names also show.
+    """
+
+    phase: NodePhase = Field(default_factory=Ready)
+    queued_messages: list[str] = Field(default_factory=list)
     turn_seq: int = 0
     calls_done: int = 0
     errored_attempt: int = 0
@@ -261,6 +332,66 @@ class NodeState(_HoldsConversation):
     repairs_done: int = 0
     child: ChildRun | None = None
     subagents_announced: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _phase_from_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "phase" in data:
+            return data
+        if not any(key in data for key in _PHASE_FIELDS):
+            return data
+        outer = {k: v for k, v in data.items() if k not in _PHASE_FIELDS}
+        outer["phase"] = _phase_of(data)
+        return outer
+
+    @model_serializer(mode="wrap")
+    def _flatten(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = _flat(handler(self))
+        if isinstance(data, dict) and "phase" in data:
+            del data["phase"]
+            data.update(
+                output=self.output,
+                has_output=self.has_output,
+                handoff=self.handoff,
+                handoff_job=self.handoff_job,
+                awaiting=self.awaiting,
+                structured_input=self.structured_input,
+                failed=self.failed,
+                interrupted=self.interrupted,
+            )
+        return data
+
+    @property
+    def has_output(self) -> bool:
+        return isinstance(self.phase, Done)
+
+    @property
+    def output(self) -> Any:
+        return self.phase.output if isinstance(self.phase, Done) else None
+
+    @property
+    def handoff(self) -> dict[str, Any] | None:
+        return self.phase.handoff if isinstance(self.phase, Done) else None
+
+    @property
+    def handoff_job(self) -> dict[str, Any] | None:
+        return self.phase.job if isinstance(self.phase, StoringHandoff) else None
+
+    @property
+    def awaiting(self) -> bool:
+        return isinstance(self.phase, AwaitingInput)
+
+    @property
+    def structured_input(self) -> dict[str, Any] | None:
+        return self.phase.structured_input if isinstance(self.phase, AwaitingInput) else None
+
+    @property
+    def failed(self) -> str | None:
+        return self.phase.error if isinstance(self.phase, Failed) else None
+
+    @property
+    def interrupted(self) -> bool:
+        return isinstance(self.phase, Interrupted)
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -699,7 +830,14 @@ __all__ = [
     "CancelWork",
     "ChangeEvidencePacket",
     "ChildRun",
+    "AwaitingInput",
     "Conversation",
+    "Done",
+    "Failed",
+    "Interrupted",
+    "NodePhase",
+    "Ready",
+    "StoringHandoff",
     "Counters",
     "DeltaItem",
     "Fact",

@@ -69,11 +69,14 @@ from openflow.engine.protocol import (
 from openflow.engine.request import ModelReply, ProviderFailure
 from openflow.engine.spec import submission_schema, template_headings
 from openflow.engine.state import (
+    AwaitingInput,
     CallModel,
     ChangeEvidencePacket,
+    Done,
     InFlightCall,
     PendingBatch,
     StoredItemRef,
+    StoringHandoff,
     TranscriptDelta,
     WriteHandoff,
 )
@@ -167,7 +170,8 @@ def on_completed(
         return
     fmt = agent.handoff.format
     if fmt in ("json", "markdown"):
-        ns.handoff_job = {"output": outcome.output, "message": outcome.assistant_message}
+        job = {"output": outcome.output, "message": outcome.assistant_message}
+        ns.phase = StoringHandoff(job=job)
         step.intents.append(WriteHandoff(node_id=node_id, format=fmt, output=outcome.output))
     else:
         store_output(step, node_id, outcome.output, None)
@@ -175,9 +179,7 @@ def on_completed(
 
 def store_output(step: Step, node_id: str, output: Any, handoff: dict[str, Any] | None) -> None:
     ns = step.node(node_id)
-    ns.output = output
-    ns.has_output = True
-    ns.handoff = handoff
+    ns.phase = Done(output=output, handoff=handoff)
     if step.is_plan_source(node_id):
         step.s.packet = ChangeEvidencePacket.freeze(node_id, output)
     step.emit(
@@ -406,8 +408,7 @@ def on_input_request(
 
 def pause_for_input(step: Step, node_id: str, structured: dict[str, Any] | None) -> None:
     ns = step.node(node_id)
-    ns.awaiting = True
-    ns.structured_input = structured
+    ns.phase = AwaitingInput(structured_input=structured)
     context_parts = []
     for entry in node_input(step, node_id).get("upstream", []):
         pretty = json.dumps(entry["output"], indent=2, sort_keys=True)

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from openflow.engine.events import RunEvent
+from openflow.engine.state import AwaitingInput, Done, NodeState
 from openflow.engine.transcript import TranscriptItem
 from tests.engine.driver import (
     Driver,
@@ -100,3 +101,34 @@ def test_a_subagent_and_a_node_driven_through_the_same_turns_converse_alike(
     child_transcript, child_events = _as_subagent(script)
     assert child_transcript == node_transcript
     assert child_events == node_events
+
+
+def test_a_node_state_keeps_the_shape_recorded_histories_have() -> None:
+    """Snapshots recorded before the conversation and the phase read back into them, and a
+    snapshot written now has the same flat fields."""
+    stored = {
+        "awaiting": True,
+        "structured_input": {"questions": []},
+        "retries": 2,
+        "transcript": [{"kind": "user_message", "content": "hi"}],
+        "origins": [None],
+        "persisted_len": 1,
+        "counters": {"empty": 1},
+        "child": {
+            "subagent_id": "s-1",
+            "call": {"id": "c-1", "name": "openflow_call_subagent", "arguments": {}},
+            "auto_continue": 4,
+            "retries": 1,
+        },
+    }
+    ns = NodeState.model_validate(stored)
+    assert ns.phase == AwaitingInput(structured_input={"questions": []})
+    assert ns.conversation.retries == 2 and ns.conversation.counters.empty == 1
+    assert ns.child is not None and ns.child.conversation.counters.auto_continue == 4
+    written = ns.model_dump(mode="json")
+    assert "phase" not in written and "conversation" not in written
+    assert written["awaiting"] is True and written["failed"] is None
+    assert written["retries"] == 2 and written["persisted_len"] == 1
+    assert NodeState.model_validate(written) == ns
+    done = NodeState(phase=Done(output={"summary": "ok"})).model_dump(mode="json")
+    assert (done["has_output"], done["output"]) == (True, {"summary": "ok"})

@@ -17,16 +17,18 @@ def compact(snapshot: RunSnapshot, keep: int | None = None) -> RunSnapshot:
     keep = KEEP_RECENT if keep is None else keep
     nodes = {}
     for node_id, ns in snapshot.nodes.items():
-        persisted_here = max(ns.persisted_len - ns.transcript_offset, 0)
-        drop = max(0, min(persisted_here, len(ns.transcript) - keep))
+        conv = ns.conversation
+        persisted_here = max(conv.persisted_len - conv.transcript_offset, 0)
+        drop = max(0, min(persisted_here, len(conv.transcript) - keep))
         if drop:
-            ns = ns.model_copy(
+            conv = conv.model_copy(
                 update={
-                    "transcript": ns.transcript[drop:],
-                    "origins": ns.origins[drop:],
-                    "transcript_offset": ns.transcript_offset + drop,
+                    "transcript": conv.transcript[drop:],
+                    "origins": conv.origins[drop:],
+                    "transcript_offset": conv.transcript_offset + drop,
                 }
             )
+            ns = ns.model_copy(update={"conversation": conv})
         nodes[node_id] = ns
     return snapshot.model_copy(update={"nodes": nodes})
 

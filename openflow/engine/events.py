@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from openflow.engine.request import UsageReport
 from openflow.engine.transcript import Attachment, ToolCall
@@ -144,9 +153,38 @@ class RunReport(_Model):
 # --- events -----------------------------------------------------------------------------
 
 
+#: The validation context of an event our code builds (`_Event.__init__`).
+_BUILDING: dict[str, bool] = {"building": True}
+
+
 class _Event(_Model):
+    """One run event. Built by our code it refuses a field it does not define (`extra="forbid"`,
+    which mypy checks too); read back from durable data (Temporal history, a carried snapshot,
+    the `events` query) it ignores one, so a field dropped since a history was recorded never
+    stops it from replaying."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
     seq: int = 0
     at_ms: int = 0
+
+    def __init__(self, /, **data: Any) -> None:
+        self.__pydantic_validator__.validate_python(data, self_instance=self, context=_BUILDING)
+
+    # Validation (model_validate, a TypeAdapter, the data converter) must not come through
+    # here: marked as pydantic's own initializer, it stays the constructor alone.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ignore_unknown(cls, data: Any, info: ValidationInfo) -> Any:
+        """Drop the fields this event does not define, unless our code is building it."""
+        if info.context is _BUILDING or not isinstance(data, dict):
+            return data
+        known = cls.model_fields
+        if all(key in known for key in data):
+            return data
+        return {key: value for key, value in data.items() if key in known}
 
 
 class NodeQueued(_Event):

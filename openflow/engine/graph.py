@@ -97,7 +97,14 @@ def ancestors(wf: Workflow, node_id: str) -> list[str]:
 
 def descendants(wf: Workflow, node_id: str) -> list[str]:
     """Every node that transitively depends on `node_id`, sorted."""
-    return sorted(str(n) for n in nx.descendants(_graph_with(wf, node_id), node_id))
+    return list(_topology(wf, node_id).descendants(node_id))
+
+
+def execution_depths(wf: Workflow) -> dict[str, int]:
+    """Each node's execution layer (Kahn by depth, spec 2.2); nodes on a cycle get none."""
+    if not wf.nodes:
+        return {}
+    return dict(_topology(wf, wf.nodes[0].id).depths)
 
 
 class _Topology:
@@ -116,20 +123,55 @@ class _Topology:
         self.children = {n: tuple(sorted(v)) for n, v in downs.items()}
         self._ancestors: dict[str, tuple[str, ...]] = {}
 
+        self._depths: dict[str, int] | None = None
+
     def ancestors(self, node_id: str) -> tuple[str, ...]:
         found = self._ancestors.get(node_id)
         if found is None:
-            seen: set[str] = set()
-            stack = list(self.parents[node_id])
-            while stack:
-                current = stack.pop()
-                if current not in seen:
-                    seen.add(current)
-                    stack.extend(self.parents[current])
-            seen.discard(node_id)
-            found = tuple(sorted(seen))
-            self._ancestors[node_id] = found
+            found = self._ancestors[node_id] = _reach(self.parents, node_id)
         return found
+
+    def descendants(self, node_id: str) -> tuple[str, ...]:
+        return _reach(self.children, node_id)
+
+    @property
+    def depths(self) -> dict[str, int]:
+        """Kahn by depth: a node's layer is one past its deepest parent's; a cycle gets none."""
+        if self._depths is None:
+            depths: dict[str, int] = {}
+            pending = sorted(self.parents)
+            while pending:
+                placed = [n for n in pending if all(p in depths for p in self.parents[n])]
+                if not placed:
+                    break
+                for n in placed:
+                    depths[n] = 1 + max((depths[p] for p in self.parents[n]), default=-1)
+                pending = [n for n in pending if n not in depths]
+            self._depths = depths
+        return self._depths
+
+    def layers(self) -> list[list[str]] | None:
+        """The nodes by layer, each sorted by id, or None when the edges form a cycle."""
+        depths = self.depths
+        if len(depths) < len(self.parents):
+            return None
+        layers: list[list[str]] = [[] for _ in range(1 + max(depths.values(), default=-1))]
+        for node_id in sorted(depths):
+            layers[depths[node_id]].append(node_id)
+        return layers
+
+
+def _reach(edges: Mapping[str, Sequence[str]], node_id: str) -> tuple[str, ...]:
+    """Every node reachable from `node_id` along `edges` (itself left out), sorted."""
+    seen: set[str] = set()
+    stack = list(edges[node_id])
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            stack.extend(edges[current])
+    seen.discard(node_id)
+    return tuple(sorted(seen))
 
 
 @functools.lru_cache(maxsize=256)
@@ -166,8 +208,7 @@ def _topology(wf: Workflow, node_id: str) -> _Topology:
 
 def roots(wf: Workflow) -> list[str]:
     """The node ids without upstream nodes (they receive the entrypoint), sorted."""
-    graph = _graph(wf)
-    return sorted(str(n) for n in graph.nodes if graph.in_degree(n) == 0)
+    return sorted(node_id for node_id, ups in parents_map(wf).items() if not ups)
 
 
 def dependency_graph(wf: Workflow) -> Any:
@@ -184,20 +225,11 @@ def _graph(wf: Workflow) -> Any:
     return graph
 
 
-def _graph_with(wf: Workflow, node_id: str) -> Any:
-    graph = _graph(wf)
-    if node_id not in graph:
-        raise UnknownNodeError(node_id, wf.id)
-    return graph
-
-
 def _layers(wf: Workflow) -> list[list[str]] | None:
     """Kahn layering over the valid edges, or None when they form a cycle."""
-    try:
-        generations = list(nx.topological_generations(_graph(wf)))
-    except nx.NetworkXUnfeasible:
-        return None
-    return [sorted(str(n) for n in generation) for generation in generations]
+    if not wf.nodes:
+        return []
+    return _topology(wf, wf.nodes[0].id).layers()
 
 
 def _problems(wf: Workflow, limits: bool = True) -> Iterator[WorkflowValidationError]:
@@ -523,6 +555,7 @@ __all__ = [
     "children",
     "dependency_graph",
     "descendants",
+    "execution_depths",
     "execution_layers",
     "limit_problems",
     "parents",

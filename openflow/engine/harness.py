@@ -12,19 +12,12 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from openflow.engine.policy import HARNESS_ASK_QUESTION as ASK_QUESTION_TOOL
+from openflow.engine.policy import HARNESS_REQUEST_INPUT as REQUEST_INPUT_TOOL
+from openflow.engine.policy import HARNESS_SUBMIT as SUBMIT_TOOL
+from openflow.engine.policy import HARNESS_TOOLS as HARNESS_TOOL_NAMES
 from openflow.engine.request import AgentRequest, ToolSpec
-
-SUBMIT_TOOL = "openflow_submit_node_output"
-REQUEST_INPUT_TOOL = "openflow_request_user_input"
-ASK_QUESTION_TOOL = "openflow_ask_user_question"
-HARNESS_TOOL_NAMES: tuple[str, ...] = (SUBMIT_TOOL, REQUEST_INPUT_TOOL, ASK_QUESTION_TOOL)
-
-DEFAULT_OUTPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"summary": {"type": "string"}},
-    "required": ["summary"],
-}
+from openflow.engine.spec import DEFAULT_OUTPUT_SCHEMA, object_schema_or_default
 
 FILE_PATH_HINT = (
     "If this would repeat a large file's contents, pass the repo-relative file path instead."
@@ -82,13 +75,6 @@ _ASK_QUESTION_SCHEMA: dict[str, Any] = {
 }
 
 
-def effective_output_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
-    """The schema a node submits against: its own object schema, else `{summary}` (spec 1.4)."""
-    if isinstance(schema, dict) and (schema.get("type") == "object" or "properties" in schema):
-        return schema
-    return copy.deepcopy(DEFAULT_OUTPUT_SCHEMA)
-
-
 def _with_path_hints(schema: dict[str, Any], *, skip: frozenset[str]) -> dict[str, Any]:
     """Append the file-path hint to every string property, except the names in `skip`."""
     result = dict(schema)
@@ -119,7 +105,7 @@ def _is_string_schema(prop: dict[str, Any]) -> bool:
 def submission_parameters(request: AgentRequest) -> dict[str, Any]:
     """JSON Schema of `openflow_submit_node_output` for this request."""
     output = _with_path_hints(
-        effective_output_schema(request.output_schema), skip=frozenset({"markdown"})
+        object_schema_or_default(request.output_schema), skip=frozenset({"markdown"})
     )
     return {
         "type": "object",
@@ -200,7 +186,6 @@ __all__ = [
     "REQUEST_INPUT_TOOL",
     "SUBMIT_TOOL",
     "cache_key_for",
-    "effective_output_schema",
     "harness_tool_specs",
     "offered_tools",
     "submission_parameters",

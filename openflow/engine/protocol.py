@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 from openflow.engine.classify import (
     TurnError,
 )
-from openflow.engine.events import RunEvent
+from openflow.engine.events import RunEvent, ToolStarted
 from openflow.engine.policy import (
     SEAL_TOOL,
     SEALED_FROM,
@@ -125,6 +125,16 @@ def shown_call(call: ToolCall) -> dict[str, Any]:
     return call.model_dump(mode="json")
 
 
+def tool_started(node_id: str, call: ToolCall) -> ToolStarted:
+    """The event of a call that starts running, its arguments as events show them."""
+    return ToolStarted(
+        node_id=node_id,
+        tool_call_id=call.id,
+        tool_name=call.name,
+        arguments=shown_call(call)["arguments"],
+    )
+
+
 __all__ = [
     "AUTO_CONTINUE_CAP",
     "EVENT_ADAPTER",
@@ -138,4 +148,5 @@ __all__ = [
     "reply_items",
     "shown_call",
     "structured_problem",
+    "tool_started",
 ]

@@ -110,9 +110,10 @@ def run_evidence(snapshot: RunSnapshot) -> dict[str, Any]:
                 "systemPrompt": node.agent.system_prompt,
                 "taskPrompt": node.agent.task_prompt,
                 "modelAttempt": ns.model_attempt,
-                "retries": ns.retries,
+                "retries": ns.conversation.retries,
                 "repairs": ns.repairs_done,
-                "transcriptItems": ns.transcript_offset + len(ns.transcript),
+                "transcriptItems": ns.conversation.transcript_offset
+                + len(ns.conversation.transcript),
                 "output": ns.output,
                 "failed": ns.failed,
             }

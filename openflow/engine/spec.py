@@ -437,12 +437,16 @@ class AppWorkflowStore(SpecModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
-def effective_output_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str, Any]:
-    """The schema a node's output must satisfy (spec 1.4 fallback to `{summary}`)."""
-    schema = agent.output_schema
+def object_schema_or_default(schema: Any) -> dict[str, Any]:
+    """An object schema as it is, else a copy of the `{summary}` fallback (spec 1.4)."""
     if isinstance(schema, dict) and (schema.get("type") == "object" or "properties" in schema):
-        return copy.deepcopy(schema)
+        return schema
     return copy.deepcopy(DEFAULT_OUTPUT_SCHEMA)
+
+
+def effective_output_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str, Any]:
+    """The schema a node's output must satisfy (spec 1.4 fallback to `{summary}`), a copy."""
+    return copy.deepcopy(object_schema_or_default(agent.output_schema))
 
 
 def submission_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str, Any]:
@@ -602,6 +606,7 @@ __all__ = [
     "callable_agent_purpose",
     "describe_validation_error",
     "effective_output_schema",
+    "object_schema_or_default",
     "missing_template_headings",
     "submission_schema",
     "template_headings",

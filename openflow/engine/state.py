@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Collection, Iterable, Sequence
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     model_serializer,
+    model_validator,
 )
 
 from openflow.engine.events import RunEvent, SubagentStatus
@@ -107,7 +108,7 @@ class TranscriptDelta(OmitDefaults, _Frozen):
 
 
 class Counters(_Model):
-    """Protocol retry counters of one node (spec 3.5, 3.6); all reset on progress."""
+    """Protocol retry counters of one conversation (spec 3.5, 3.6); all reset on progress."""
 
     submit: int = 0
     request_input: int = 0
@@ -123,6 +124,73 @@ class InFlightCall(_Model):
     kind: Literal["node", "repair", "review", "subagent"] = "node"
 
 
+class Conversation(_Model):
+    """One model conversation, a node's or a subagent's: its transcript, where the run store
+    holds each item, the call in flight, the retries and backoff, the protocol counters.
+
+    The turn machine (`engine.conversation`) works on it the same way for both."""
+
+    transcript: list[TranscriptItem] = Field(default_factory=list)
+    #: Where the run store holds each transcript item (None: only here), by position.
+    origins: list[StoredItemRef | None] = Field(default_factory=list)
+    #: How many older items continue-as-new dropped from `transcript` (positions stay absolute).
+    transcript_offset: int = 0
+    #: How many items the run store's transcript holds.
+    persisted_len: int = 0
+    #: The next call sends the items themselves (the store lost what references point at).
+    inline_next: bool = False
+    in_flight: InFlightCall | None = None
+    retries: int = 0
+    transient_streak: int = 0
+    backoff_until_ms: int | None = None
+    counters: Counters = Field(default_factory=Counters)
+    #: The last attempt `NodeQueued`/`NodeStarted` announced.
+    announced_attempt: int = 0
+
+    @property
+    def model_attempt(self) -> int:
+        """1-based attempt number (retries + 1), saturating at 255 like OpenFlow's u8."""
+        return min(self.retries + 1, 255)
+
+
+_CONVERSATION_FIELDS = frozenset(Conversation.model_fields)
+
+
+def _nest_conversation(data: Any) -> Any:
+    """A holder's stored fields with its conversation's nested (the wire keeps them flat)."""
+    if not isinstance(data, dict) or "conversation" in data:
+        return data
+    outer = {k: v for k, v in data.items() if k not in _CONVERSATION_FIELDS}
+    outer["conversation"] = {k: v for k, v in data.items() if k in _CONVERSATION_FIELDS}
+    return outer
+
+
+def _flat(data: Any) -> Any:
+    if isinstance(data, dict) and isinstance(data.get("conversation"), dict):
+        data.update(data.pop("conversation"))
+    return data
+
+
+class _HoldsConversation(_Model):
+    """A model holding a conversation whose fields history keeps at its own level."""
+
+    conversation: Conversation = Field(default_factory=Conversation)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        return _nest_conversation(data)
+
+    @model_serializer(mode="wrap")
+    def _flatten(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _flat(handler(self))
+
+    @property
+    def model_attempt(self) -> int:
+        """The conversation's 1-based attempt number."""
+        return self.conversation.model_attempt
+
+
 class SubagentRecord(_Frozen):
     """A saved agent of the snapshot, or one `owner` declared; `calls_done` spans invocations."""
 
@@ -134,43 +202,36 @@ class SubagentRecord(_Frozen):
     calls_done: int = 0
 
 
-class ChildRun(_Model):
+class ChildRun(_HoldsConversation):
     """One invocation of a subagent: the child conversation its parent node waits on."""
 
     subagent_id: str
     call: ToolCall
     task: str = ""
     prior_status: SubagentStatus = "declared"
-    transcript: list[TranscriptItem] = Field(default_factory=list)
-    origins: list[StoredItemRef | None] = Field(default_factory=list)
-    persisted_len: int = 0
-    in_flight: InFlightCall | None = None
-    retries: int = 0
-    transient_streak: int = 0
-    auto_continue: int = 0
-    backoff_until_ms: int | None = None
-    announced_attempt: int = 0
-    inline_next: bool = False
 
-    @property
-    def model_attempt(self) -> int:
-        """1-based attempt number of this invocation, saturating at 255."""
-        return min(self.retries + 1, 255)
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_continue(cls, data: Any) -> Any:
+        """Histories before `Conversation` kept the child's one counter at its own level."""
+        if isinstance(data, dict) and "auto_continue" in data:
+            data = dict(data)
+            streak = data.pop("auto_continue")
+            conversation = data.get("conversation")
+            if isinstance(conversation, dict):
+                counters = dict(conversation.get("counters") or {})
+                counters.setdefault("auto_continue", streak)
+                data["conversation"] = {**conversation, "counters": counters}
+            else:
+                counters = dict(data.get("counters") or {})
+                counters.setdefault("auto_continue", streak)
+                data["counters"] = counters
+        return data
 
     @property
     def timer_key(self) -> str:
         """The key of this invocation's backoff timer (`SleepUntil.node_id`, `TimerFired`)."""
         return child_timer_key(self.subagent_id)
-
-    def fork(self) -> ChildRun:
-        """A copy the reducer may change (transcript items are frozen and shared)."""
-        return self.model_copy(
-            update={
-                "transcript": list(self.transcript),
-                "origins": list(self.origins),
-                "in_flight": self.in_flight.model_copy() if self.in_flight is not None else None,
-            }
-        )
 
 
 def child_timer_key(subagent_id: str) -> str:
@@ -178,31 +239,91 @@ def child_timer_key(subagent_id: str) -> str:
     return f"subagent:{subagent_id}"
 
 
-class NodeState(_Model):
-    """Everything the engine knows about one node."""
+class Ready(_Frozen):
+    """Working: calling its model, waiting on its tools or its subagent, or about to."""
 
-    output: Any = None
-    has_output: bool = False
-    handoff: dict[str, Any] | None = None
-    handoff_job: dict[str, Any] | None = None
-    queued_messages: list[str] = Field(default_factory=list)
-    awaiting: bool = False
+    kind: Literal["ready"] = "ready"
+
+
+class AwaitingInput(_Frozen):
+    """Paused for a person's answer (`structured_input`: the questions it asked, if any)."""
+
+    kind: Literal["awaiting"] = "awaiting"
     structured_input: dict[str, Any] | None = None
-    in_flight: InFlightCall | None = None
-    failed: str | None = None
-    interrupted: bool = False
-    backoff_until_ms: int | None = None
-    retries: int = 0
-    transient_streak: int = 0
-    counters: Counters = Field(default_factory=Counters)
-    transcript: list[TranscriptItem] = Field(default_factory=list)
-    origins: list[StoredItemRef | None] = Field(default_factory=list)
-    transcript_offset: int = 0
-    inline_next: bool = False
-    persisted_len: int = 0
+
+
+class Failed(_Frozen):
+    """Failed; the run waits for a retry (a retryable pause)."""
+
+    kind: Literal["failed"] = "failed"
+    error: str
+
+
+class Interrupted(_Frozen):
+    """Stopped mid-turn by a person or a stop; the run waits for a retry."""
+
+    kind: Literal["interrupted"] = "interrupted"
+
+
+class StoringHandoff(_Frozen):
+    """Submitted; its handoff is being written (`job`: the output and the message)."""
+
+    kind: Literal["storing_handoff"] = "storing_handoff"
+    job: dict[str, Any]
+
+
+class Done(_Frozen):
+    """Completed with its output (and the stored handoff's manifest)."""
+
+    kind: Literal["done"] = "done"
+    output: Any = None
+    handoff: dict[str, Any] | None = None
+
+
+NodePhase = Annotated[
+    Ready | AwaitingInput | Failed | Interrupted | StoringHandoff | Done,
+    Field(discriminator="kind"),
+]
+
+#: The fields history keeps a node's phase in (snapshots recorded before `phase` have them).
+_PHASE_FIELDS = (
+    "output",
+    "has_output",
+    "handoff",
+    "handoff_job",
+    "awaiting",
+    "structured_input",
+    "failed",
+    "interrupted",
+)
+
+
+def _phase_of(data: dict[str, Any]) -> dict[str, Any]:
+    """The phase the stored lifecycle fields describe (a finished node first)."""
+    if data.get("has_output"):
+        return {"kind": "done", "output": data.get("output"), "handoff": data.get("handoff")}
+    if data.get("handoff_job") is not None:
+        return {"kind": "storing_handoff", "job": data["handoff_job"]}
+    if data.get("awaiting"):
+        return {"kind": "awaiting", "structured_input": data.get("structured_input")}
+    if data.get("interrupted"):
+        return {"kind": "interrupted"}
+    if data.get("failed") is not None:
+        return {"kind": "failed", "error": data["failed"]}
+    return {"kind": "ready"}
+
+
+class NodeState(_HoldsConversation):
+    """Everything the engine knows about one node: its conversation and its lifecycle `phase`.
+
+    On the wire the phase is kept as the lifecycle fields of older snapshots (`has_output`,
+    `awaiting`, `failed`, ...), which the read-only properties of the same names also show.
+    """
+
+    phase: NodePhase = Field(default_factory=Ready)
+    queued_messages: list[str] = Field(default_factory=list)
     turn_seq: int = 0
     calls_done: int = 0
-    announced_attempt: int = 0
     errored_attempt: int = 0
     changed_files: list[dict[str, Any]] = Field(default_factory=list)
     reads: list[dict[str, Any]] = Field(default_factory=list)
@@ -212,38 +333,120 @@ class NodeState(_Model):
     child: ChildRun | None = None
     subagents_announced: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _phase_from_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "phase" in data:
+            return data
+        if not any(key in data for key in _PHASE_FIELDS):
+            return data
+        outer = {k: v for k, v in data.items() if k not in _PHASE_FIELDS}
+        outer["phase"] = _phase_of(data)
+        return outer
+
+    @model_serializer(mode="wrap")
+    def _flatten(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = _flat(handler(self))
+        if isinstance(data, dict) and "phase" in data:
+            del data["phase"]
+            data.update(
+                output=self.output,
+                has_output=self.has_output,
+                handoff=self.handoff,
+                handoff_job=self.handoff_job,
+                awaiting=self.awaiting,
+                structured_input=self.structured_input,
+                failed=self.failed,
+                interrupted=self.interrupted,
+            )
+        return data
+
     @property
-    def model_attempt(self) -> int:
-        """1-based attempt number (retries + 1), saturating at 255 like OpenFlow's u8."""
-        return min(self.retries + 1, 255)
+    def has_output(self) -> bool:
+        return isinstance(self.phase, Done)
 
-    def fork(self) -> NodeState:
-        """A copy the reducer may change without touching this one.
+    @property
+    def output(self) -> Any:
+        return self.phase.output if isinstance(self.phase, Done) else None
 
-        Transcript items are frozen, so the lists are copied and the items shared: a step
-        costs O(items) pointer copies instead of a deep copy of the whole conversation.
-        """
-        return self.model_copy(
-            update={
-                "handoff": dict(self.handoff) if self.handoff is not None else None,
-                "handoff_job": dict(self.handoff_job) if self.handoff_job is not None else None,
-                "queued_messages": list(self.queued_messages),
-                "structured_input": dict(self.structured_input)
-                if self.structured_input is not None
-                else None,
-                "in_flight": self.in_flight.model_copy() if self.in_flight is not None else None,
-                "counters": self.counters.model_copy(),
-                "transcript": list(self.transcript),
-                "origins": list(self.origins),
-                "changed_files": list(self.changed_files),
-                "reads": list(self.reads),
-                "pending_repair": dict(self.pending_repair)
-                if self.pending_repair is not None
-                else None,
-                "runtime_patch": dict(self.runtime_patch),
-                "child": self.child.fork() if self.child is not None else None,
-            }
-        )
+    @property
+    def handoff(self) -> dict[str, Any] | None:
+        return self.phase.handoff if isinstance(self.phase, Done) else None
+
+    @property
+    def handoff_job(self) -> dict[str, Any] | None:
+        return self.phase.job if isinstance(self.phase, StoringHandoff) else None
+
+    @property
+    def awaiting(self) -> bool:
+        return isinstance(self.phase, AwaitingInput)
+
+    @property
+    def structured_input(self) -> dict[str, Any] | None:
+        return self.phase.structured_input if isinstance(self.phase, AwaitingInput) else None
+
+    @property
+    def failed(self) -> str | None:
+        return self.phase.error if isinstance(self.phase, Failed) else None
+
+    @property
+    def interrupted(self) -> bool:
+        return isinstance(self.phase, Interrupted)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+#: How `working_copy` copies each field of a model class, worked out once from its annotations.
+_Plan = tuple[tuple[str, Literal["container", "models", "model"]], ...]
+_plans: dict[type[BaseModel], _Plan] = {}
+
+
+def working_copy(model: _M, share: Collection[str] = ()) -> _M:
+    """A copy of a mutable model the reducer may change without touching the original.
+
+    Lists and dicts are copied one level; mutable models in fields and dict values are copied
+    the same way; frozen models (transcript items, records) and plain values are shared, and so
+    are the values of the fields named in `share` (copied on first use instead, like a run's
+    node states).
+    """
+    plan = _plans.get(type(model))
+    if plan is None:
+        plan = _plans[type(model)] = _copy_plan(type(model))
+    update: dict[str, Any] = {}
+    for name, how in plan:
+        value = getattr(model, name)
+        if value is None:
+            continue
+        if how == "model":
+            if name not in share:
+                update[name] = working_copy(value)
+        elif how == "models" and name not in share:
+            update[name] = {k: working_copy(v) for k, v in value.items()}
+        else:
+            update[name] = value.copy()
+    return model.model_copy(update=update)
+
+
+def _copy_plan(cls: type[BaseModel]) -> _Plan:
+    plan: list[tuple[str, Literal["container", "models", "model"]]] = []
+    for name, info in cls.model_fields.items():
+        annotation = info.annotation
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        origin = get_origin(annotation)
+        if origin in (list, dict) or any(get_origin(a) in (list, dict) for a in args):
+            values = get_args(annotation)[-1] if origin is dict else None
+            plan.append((name, "models" if _mutable_class(values) else "container"))
+        elif _mutable_class(annotation) or any(_mutable_class(a) for a in args):
+            plan.append((name, "model"))
+    return tuple(plan)
+
+
+def _mutable_class(annotation: Any) -> bool:
+    return (
+        isinstance(annotation, type)
+        and issubclass(annotation, BaseModel)
+        and not annotation.model_config.get("frozen", False)
+    )
 
 
 class PendingBatch(_Model):
@@ -351,21 +554,10 @@ class RunSnapshot(_Model):
     def fork(self) -> RunSnapshot:
         """A copy the reducer may change; the workflow definition is shared (never changed).
 
-        Node states are shared too: the reducer forks a node (`NodeState.fork`) before it
+        Node states are shared too: the reducer copies a node (`working_copy`) before it
         changes it, so a step costs what it touches, not the size of the workflow.
         """
-        return self.model_copy(
-            update={
-                "tool_names": list(self.tool_names) if self.tool_names is not None else None,
-                "nodes": dict(self.nodes),
-                "batches": {
-                    batch_id: batch.model_copy(update={"calls": list(batch.calls)})
-                    for batch_id, batch in self.batches.items()
-                },
-                "report": dict(self.report) if self.report is not None else None,
-                "subagents": dict(self.subagents),
-            }
-        )
+        return working_copy(self, share=("workflow", "nodes", "agents", "packet"))
 
     @property
     def planning(self) -> bool:
@@ -532,17 +724,6 @@ class CancelRequested(_Frozen):
     kind: Literal["cancel"] = "cancel"
 
 
-class CatalogFrozen(_Frozen):
-    """The executable tools this run offers, fixed at its first model call."""
-
-    kind: Literal["catalog"] = "catalog"
-    tool_names: tuple[str, ...]
-
-
-HumanAction = Annotated[
-    InputGiven | ApprovalDecided | RetryRequested | MessageSent, Field(discriminator="kind")
-]
-
 Fact = Annotated[
     ModelReplied
     | ModelFailed
@@ -557,8 +738,7 @@ Fact = Annotated[
     | MessageSent
     | ActionMalformed
     | TimerFired
-    | CancelRequested
-    | CatalogFrozen,
+    | CancelRequested,
     Field(discriminator="kind"),
 ]
 
@@ -650,14 +830,20 @@ __all__ = [
     "CallModel",
     "CancelRequested",
     "CancelWork",
-    "CatalogFrozen",
     "ChangeEvidencePacket",
     "ChildRun",
+    "AwaitingInput",
+    "Conversation",
+    "Done",
+    "Failed",
+    "Interrupted",
+    "NodePhase",
+    "Ready",
+    "StoringHandoff",
     "Counters",
     "DeltaItem",
     "Fact",
     "HandoffStored",
-    "HumanAction",
     "InFlightCall",
     "InputGiven",
     "Intent",
@@ -689,5 +875,6 @@ __all__ = [
     "TranscriptDelta",
     "WriteHandoff",
     "canonical_sha256",
+    "working_copy",
     "child_timer_key",
 ]

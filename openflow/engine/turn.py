@@ -1,20 +1,20 @@
-"""The per-node turn machine: what one model answer does to its node (spec 3, 4.3, 11, 3.9).
+"""A node's turn policy: what one model answer does to its node (spec 3, 4.3, 11, 3.9).
 
-`Turns` extends the run's working copy (`run_base.RunBase`, which builds requests) with the turn
-protocol: it classifies replies and applies completions (with Plan Mode's freeze gate), tool calls
+Replies are classified and applied: completions (with Plan Mode's freeze gate), tool calls
 (with the approval and Plan Mode policy), questions, text-only turns, errors and their nudges,
-and output repair. Subagents and the reducer in `advance` build on top.
+and output repair. The conversation bookkeeping they share with subagents is in
+`conversation`; a subagent's own policy is in `subagents`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any, assert_never
 
 from pydantic import ValidationError
 
 from openflow.engine import prompts
+from openflow.engine.build import build_repair_request, node_input, offered_tools
 from openflow.engine.classify import (
     Completed,
     Message,
@@ -25,7 +25,29 @@ from openflow.engine.classify import (
     classify_reply,
     complete_submit,
 )
-from openflow.engine.harness import cache_key_for, harness_tool_specs, submission_parameters
+from openflow.engine.conversation import (
+    Seat,
+    add_result,
+    append,
+    hold_for_backoff,
+    keep_all,
+    report_usage,
+    reset_protocol,
+    take_reply,
+    wrote_recently,
+)
+from openflow.engine.events import (
+    AiInvokeFailed,
+    ChatMessage,
+    NodeAwaitingInput,
+    NodeCompleted,
+    OutputRepairFailed,
+    OutputRepairStarted,
+    OutputRepairSucceeded,
+    ToolApprovalRequested,
+    ToolCallProposed,
+)
+from openflow.engine.lifecycle import fail_node, interrupt
 from openflow.engine.policy import (
     HARNESS_ASK_QUESTION,
     HARNESS_REQUEST_INPUT,
@@ -38,33 +60,27 @@ from openflow.engine.policy import (
 )
 from openflow.engine.protocol import (
     AUTO_CONTINUE_CAP,
-    MAX_MODEL_ATTEMPT,
     PROTOCOL_CAP,
-    REPAIR_SUFFIX,
     Keep,
-    backoff_delay_ms,
     error_text,
-    jitter_ms,
-    reply_items,
     shown_call,
     structured_problem,
 )
-from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
-from openflow.engine.run_base import RunBase
-from openflow.engine.spec import (
-    submission_schema,
-    template_headings,
-)
+from openflow.engine.request import ModelReply, ProviderFailure
+from openflow.engine.spec import submission_schema, template_headings
 from openflow.engine.state import (
+    AwaitingInput,
     CallModel,
     ChangeEvidencePacket,
+    Done,
     InFlightCall,
     PendingBatch,
-    SleepUntil,
     StoredItemRef,
+    StoringHandoff,
     TranscriptDelta,
     WriteHandoff,
 )
+from openflow.engine.step import Step
 from openflow.engine.transcript import (
     AssistantItem,
     ReasoningItem,
@@ -75,609 +91,506 @@ from openflow.engine.transcript import (
     UserItem,
 )
 
+INVALID_ARGS = (
+    "[invalid_args] {name}: arguments are not valid JSON — send one JSON object with the "
+    "tool's fields"
+)
 
-class Turns(RunBase):
-    """The turn protocol of every node, on top of the run's bookkeeping."""
 
-    # --- model replies ------------------------------------------------------------------
+# --- model replies ----------------------------------------------------------------------
 
-    def on_reply(
-        self, node_id: str, reply: ModelReply, stored: Sequence[StoredItemRef] | None = None
-    ) -> None:
-        """Apply a node's classified reply (spec 3.4); `stored` says where the run store holds
-        each of `reply_items(reply)`, so the items the node keeps are sent by reference."""
-        ns = self.node(node_id)
-        agent = self.by_id[node_id].agent
-        self.report_usage(node_id, reply)
-        headings = self.markdown_headings(node_id)
-        result = classify_reply(reply, submission_schema(agent), headings)
-        refs = (
-            {
-                json.dumps(item.model_dump(mode="json"), sort_keys=True): origin
-                for item, origin in zip(reply_items(reply), stored, strict=True)
-            }
-            if stored is not None
-            else {}
-        )
 
-        def keep(item: TranscriptItem) -> None:
-            key = json.dumps(item.model_dump(mode="json"), sort_keys=True)
-            self.append(node_id, item, refs.get(key))
-
-        for block in reply.reasoning:
-            if block.type in ("text", "summary") and block.text.strip():
-                self.emit("ChatMessage", node_id=node_id, role="thinking", content=block.text)
-        if reply.text.strip() and not reply.streamed:
-            self.emit("ChatMessage", node_id=node_id, role="assistant", content=reply.text.strip())
-        reasoning: list[TranscriptItem] = (
-            [ReasoningItem(blocks=reply.reasoning)] if reply.reasoning else []
-        )
-        outcome = result.outcome
-        if isinstance(outcome, Completed):
-            self.on_completed(node_id, outcome, reasoning, keep)
-        elif isinstance(outcome, ToolCalls):
-            self.on_tool_calls(node_id, outcome, reasoning, keep)
-        elif isinstance(outcome, NeedsUserInput):
-            if not self.conversational(node_id):
-                self.text_only(node_id, outcome.assistant_message, reasoning, keep)
-            else:
-                self.on_input_request(node_id, outcome, reasoning, keep)
-        elif isinstance(outcome, Message):
-            if agent.conversation_mode:
-                self.reset_protocol(ns)
-                for item in reasoning:
-                    keep(item)
-                keep(AssistantItem(content=outcome.assistant_message))
-                self.pause_for_input(node_id, None)
-            else:
-                self.text_only(node_id, outcome.assistant_message, reasoning, keep)
-        elif isinstance(outcome, TurnError):
-            self.on_error(node_id, outcome)
+def on_reply(
+    step: Step, node_id: str, reply: ModelReply, stored: list[StoredItemRef] | None = None
+) -> None:
+    """Apply a node's classified reply (spec 3.4); `stored` says where the run store holds
+    each of `reply_items(reply)`, so the items the node keeps are sent by reference."""
+    seat = Seat(node_id)
+    ns = step.node(node_id)
+    agent = step.by_id[node_id].agent
+    result = classify_reply(reply, submission_schema(agent), markdown_headings(step, node_id))
+    keep = take_reply(step, seat, reply, stored)
+    reasoning: list[TranscriptItem] = (
+        [ReasoningItem(blocks=reply.reasoning)] if reply.reasoning else []
+    )
+    outcome = result.outcome
+    if isinstance(outcome, Completed):
+        on_completed(step, node_id, outcome, reasoning, keep)
+    elif isinstance(outcome, ToolCalls):
+        on_tool_calls(step, node_id, outcome, reasoning, keep)
+    elif isinstance(outcome, NeedsUserInput):
+        if not step.conversational(node_id):
+            text_only(step, node_id, outcome.assistant_message, reasoning, keep)
         else:
-            assert_never(outcome)
-
-    def count_usage(self, reply: ModelReply) -> None:
-        """Add a reply's tokens and cost to the run's totals."""
-        if reply.usage is None:
-            return
-        self.s.tokens_in += reply.usage.prompt_tokens
-        self.s.tokens_out += reply.usage.completion_tokens
-        if reply.usage.cost_usd is not None:
-            self.s.cost_usd = round((self.s.cost_usd or 0.0) + reply.usage.cost_usd, 6)
-
-    def report_usage(self, node_id: str, reply: ModelReply) -> None:
-        if reply.usage is None:
-            return
-        self.count_usage(reply)
-        self.emit(
-            "UsageReported",
-            node_id=node_id,
-            usage=reply.usage.model_dump(),
-            model=reply.model,
-            max_context_tokens=reply.max_context_tokens,
-        )
-
-    def markdown_headings(self, node_id: str) -> list[str] | None:
-        agent = self.by_id[node_id].agent
-        if agent.handoff.format != "markdown":
-            return None
-        return template_headings(getattr(agent.handoff, "template", "") or "")
-
-    def sealed(self, node_id: str) -> bool:
-        """Whether the node's transcript holds a successful seal result with an artifact id."""
-        return any(
-            isinstance(item, ToolResultItem)
-            and item.result.tool_name == SEAL_TOOL
-            and not item.result.is_error
-            and bool(item.result.artifact_ids)
-            for item in self.node(node_id).transcript
-        )
-
-    def on_completed(
-        self, node_id: str, outcome: Completed, reasoning: list[TranscriptItem], keep: Keep
-    ) -> None:
-        ns = self.node(node_id)
-        agent = self.by_id[node_id].agent
-        self.reset_protocol(ns)
-        for item in reasoning:
-            keep(item)
-        if outcome.assistant_message.strip():
-            self.append(node_id, AssistantItem(content=outcome.assistant_message.strip()))
-        if self.is_plan_source(node_id) and not self.sealed(node_id):
-            self.append(node_id, UserItem(content=prompts.PLAN_GATE_NUDGE))
-            return
-        fmt = agent.handoff.format
-        if fmt in ("json", "markdown"):
-            ns.handoff_job = {"output": outcome.output, "message": outcome.assistant_message}
-            self.intents.append(WriteHandoff(node_id=node_id, format=fmt, output=outcome.output))
+            on_input_request(step, node_id, outcome, reasoning, keep)
+    elif isinstance(outcome, Message):
+        if agent.conversation_mode:
+            reset_protocol(ns.conversation)
+            keep_all(keep, reasoning)
+            keep(AssistantItem(content=outcome.assistant_message))
+            pause_for_input(step, node_id, None)
         else:
-            self.store_output(node_id, outcome.output, None)
+            text_only(step, node_id, outcome.assistant_message, reasoning, keep)
+    elif isinstance(outcome, TurnError):
+        on_error(step, node_id, outcome)
+    else:
+        assert_never(outcome)
 
-    def store_output(self, node_id: str, output: Any, handoff: dict[str, Any] | None) -> None:
-        ns = self.node(node_id)
-        ns.output = output
-        ns.has_output = True
-        ns.handoff = handoff
-        if self.is_plan_source(node_id):
-            self.s.packet = ChangeEvidencePacket.freeze(node_id, output)
-        self.emit(
-            "NodeCompleted",
-            node_id=node_id,
-            label=self.label(node_id),
-            output=output,
-            handoff=handoff,
-        )
 
-    def relativize(self, args: dict[str, Any]) -> dict[str, Any]:
-        roots = [r.rstrip("/") for r in (self.s.project_root, self.s.execution_dir) if r]
-        if not roots:
-            return args
+def markdown_headings(step: Step, node_id: str) -> list[str] | None:
+    agent = step.by_id[node_id].agent
+    if agent.handoff.format != "markdown":
+        return None
+    return template_headings(getattr(agent.handoff, "template", "") or "")
 
-        def fix(value: Any) -> Any:
-            if isinstance(value, str):
-                for root in roots:
-                    if value == root:
-                        return "."
-                    if value.startswith(root + "/"):
-                        return value[len(root) + 1 :]
-                return value
-            if isinstance(value, list):
-                return [fix(v) for v in value]
+
+def sealed(step: Step, node_id: str) -> bool:
+    """Whether the node's transcript holds a successful seal result with an artifact id."""
+    return any(
+        isinstance(item, ToolResultItem)
+        and item.result.tool_name == SEAL_TOOL
+        and not item.result.is_error
+        and bool(item.result.artifact_ids)
+        for item in step.node(node_id).conversation.transcript
+    )
+
+
+def on_completed(
+    step: Step, node_id: str, outcome: Completed, reasoning: list[TranscriptItem], keep: Keep
+) -> None:
+    ns = step.node(node_id)
+    agent = step.by_id[node_id].agent
+    seat = Seat(node_id)
+    reset_protocol(ns.conversation)
+    keep_all(keep, reasoning)
+    if outcome.assistant_message.strip():
+        append(step, seat, AssistantItem(content=outcome.assistant_message.strip()))
+    if step.is_plan_source(node_id) and not sealed(step, node_id):
+        append(step, seat, UserItem(content=prompts.PLAN_GATE_NUDGE))
+        return
+    fmt = agent.handoff.format
+    if fmt in ("json", "markdown"):
+        job = {"output": outcome.output, "message": outcome.assistant_message}
+        ns.phase = StoringHandoff(job=job)
+        step.intents.append(WriteHandoff(node_id=node_id, format=fmt, output=outcome.output))
+    else:
+        store_output(step, node_id, outcome.output, None)
+
+
+def store_output(step: Step, node_id: str, output: Any, handoff: dict[str, Any] | None) -> None:
+    ns = step.node(node_id)
+    ns.phase = Done(output=output, handoff=handoff)
+    if step.is_plan_source(node_id):
+        step.s.packet = ChangeEvidencePacket.freeze(node_id, output)
+    step.emit(
+        NodeCompleted(node_id=node_id, label=step.label(node_id), output=output, handoff=handoff)
+    )
+
+
+# --- tool calls -------------------------------------------------------------------------
+
+
+def relativize(step: Step, args: dict[str, Any]) -> dict[str, Any]:
+    """Path arguments under the project or execution root, made relative to it."""
+    roots = [r.rstrip("/") for r in (step.s.project_root, step.s.execution_dir) if r]
+    if not roots:
+        return args
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, str):
+            for root in roots:
+                if value == root:
+                    return "."
+                if value.startswith(root + "/"):
+                    return value[len(root) + 1 :]
             return value
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        return value
 
-        return {k: fix(v) if k in ("path", "paths", "cwd") else v for k, v in args.items()}
+    return {k: fix(v) if k in ("path", "paths", "cwd") else v for k, v in args.items()}
 
-    def call_decision(self, node_id: str, call: ToolCall, offered: set[str] | None) -> str:
-        """`allow`, `prompt`, or the error result content of a call refused here (spec 4.3)."""
-        args = call.arguments
-        if call.name == "write" and args.get("content") is None:
-            return prompts.MISSING_CONTENT_RESULT
-        mode = self.approval_mode(node_id)
-        verdict, reason = plan_verdict(
-            call.name,
-            args,
-            plan_mode=self.s.plan_source is not None,
-            planning=self.s.planning,
-            is_source=node_id == self.s.plan_source,
-            read_only=mode == "read_only",
+
+def kept_call(step: Step, seat: Seat, raw: ToolCall, keep: Keep) -> ToolCall:
+    """Keep a call the model made, its paths relative (then kept as changed, not by reference)."""
+    args = relativize(step, raw.arguments)
+    call = raw.model_copy(update={"arguments": args})
+    if args == raw.arguments:
+        keep(ToolCallItem(call=call))
+    else:
+        append(step, seat, ToolCallItem(call=call))
+    return call
+
+
+def call_decision(step: Step, node_id: str, call: ToolCall, offered: set[str] | None) -> str:
+    """`allow`, `prompt`, or the error result content of a call refused here (spec 4.3)."""
+    args = call.arguments
+    if call.name == "write" and args.get("content") is None:
+        return prompts.MISSING_CONTENT_RESULT
+    mode = step.approval_mode(node_id)
+    verdict, reason = plan_verdict(
+        call.name,
+        args,
+        plan_mode=step.s.plan_source is not None,
+        planning=step.s.planning,
+        is_source=node_id == step.s.plan_source,
+        read_only=mode == "read_only",
+    )
+    if verdict == "deny":
+        return prompts.denial_result(reason, by_user=False)
+    decision = approval_decision(mode, step.tier_of(call.name, args))
+    if decision == "deny" and verdict == "normal":
+        return prompts.denial_result(
+            f"node {node_id!r} is read-only and {call.name!r} changes things", by_user=False
         )
-        if verdict == "deny":
-            return prompts.denial_result(reason, by_user=False)
-        decision = approval_decision(mode, self.tier_of(call.name, args))
-        if decision == "deny" and verdict == "normal":
-            return prompts.denial_result(
-                f"node {node_id!r} is read-only and {call.name!r} changes things", by_user=False
-            )
-        if offered is not None and call.name not in offered:
-            return f"Tool unavailable: tool {call.name} is not offered to this node in this run"
-        return verdict if verdict in ("allow", "prompt") else decision
+    if offered is not None and call.name not in offered:
+        return f"Tool unavailable: tool {call.name} is not offered to this node in this run"
+    return verdict if verdict in ("allow", "prompt") else decision
 
-    def on_tool_calls(
-        self, node_id: str, outcome: ToolCalls, reasoning: list[TranscriptItem], keep: Keep
-    ) -> None:
-        ns = self.node(node_id)
-        self.reset_protocol(ns)
-        for item in reasoning:
-            keep(item)
-        if outcome.assistant_message.strip():
-            keep(AssistantItem(content=outcome.assistant_message.strip()))
-        offered = set(self.offered_tools(node_id)) if self.s.tool_names is not None else None
-        surviving: list[tuple[ToolCall, str]] = []
-        nudges: list[str] = []
-        for raw in outcome.calls:
-            args = self.relativize(raw.arguments)
-            call = raw.model_copy(update={"arguments": args})
-            if args == raw.arguments:
-                keep(ToolCallItem(call=call))
-            else:
-                self.append(node_id, ToolCallItem(call=call))
-            if raw.id in outcome.invalid_call_ids:
-                self.add_result(
-                    node_id,
-                    call,
-                    f"[invalid_args] {call.name}: arguments are not valid JSON — send one JSON "
-                    "object with the tool's fields",
-                    is_error=True,
-                )
-                continue
-            decision = self.call_decision(node_id, call, offered)
-            if decision not in ("allow", "prompt"):
-                if decision == prompts.MISSING_CONTENT_RESULT:
-                    nudges.append(prompts.MISSING_CONTENT_NUDGE)
-                self.add_result(node_id, call, decision, is_error=True)
-                continue
-            surviving.append((call, decision))
-        for text in dict.fromkeys(nudges):
-            self.append(node_id, UserItem(content=text))
-        if surviving:
-            self.queue_batch(node_id, surviving)
 
-    def queue_batch(self, node_id: str, surviving: list[tuple[ToolCall, str]]) -> None:
-        calls = [c for c, _ in surviving]
-        requires = any(d == "prompt" for _, d in surviving)
-        batch_id = self.new_id("approval" if requires else "batch")
-        batch = PendingBatch(
-            batch_id=batch_id,
-            node_id=node_id,
-            calls=calls,
-            requires_approval=requires,
-            side_effects=batch_has_side_effects(
-                [c.name for c in calls], [c.arguments for c in calls]
-            ),
-        )
-        self.s.batches[batch_id] = batch
-        label = self.label(node_id)
-        for call in calls:
-            self.emit("ToolCallProposed", node_id=node_id, label=label, tool_call=shown_call(call))
-        if requires:
-            self.announce_approval(batch_id)
+def on_tool_calls(
+    step: Step, node_id: str, outcome: ToolCalls, reasoning: list[TranscriptItem], keep: Keep
+) -> None:
+    ns = step.node(node_id)
+    seat = Seat(node_id)
+    reset_protocol(ns.conversation)
+    keep_all(keep, reasoning)
+    if outcome.assistant_message.strip():
+        keep(AssistantItem(content=outcome.assistant_message.strip()))
+    offered = set(offered_tools(step, node_id)) if step.s.tool_names is not None else None
+    surviving: list[tuple[ToolCall, str]] = []
+    nudges: list[str] = []
+    for raw in outcome.calls:
+        call = kept_call(step, seat, raw, keep)
+        if raw.id in outcome.invalid_call_ids:
+            add_result(step, seat, call, INVALID_ARGS.format(name=call.name), is_error=True)
+            continue
+        decision = call_decision(step, node_id, call, offered)
+        if decision not in ("allow", "prompt"):
+            if decision == prompts.MISSING_CONTENT_RESULT:
+                nudges.append(prompts.MISSING_CONTENT_NUDGE)
+            add_result(step, seat, call, decision, is_error=True)
+            continue
+        surviving.append((call, decision))
+    for text in dict.fromkeys(nudges):
+        append(step, seat, UserItem(content=text))
+    if surviving:
+        queue_batch(step, node_id, surviving)
 
-    def announce_approval(self, batch_id: str) -> None:
-        """Tell people a batch waits for their decision (one ToolApprovalRequested a batch)."""
-        batch = self.s.batches[batch_id]
-        calls = batch.calls
-        first = calls[0]
-        self.emit(
-            "ToolApprovalRequested",
+
+def queue_batch(step: Step, node_id: str, surviving: list[tuple[ToolCall, str]]) -> None:
+    calls = [c for c, _ in surviving]
+    requires = any(d == "prompt" for _, d in surviving)
+    batch_id = step.new_id("approval" if requires else "batch")
+    step.s.batches[batch_id] = PendingBatch(
+        batch_id=batch_id,
+        node_id=node_id,
+        calls=calls,
+        requires_approval=requires,
+        side_effects=batch_has_side_effects([c.name for c in calls], [c.arguments for c in calls]),
+    )
+    label = step.label(node_id)
+    for call in calls:
+        step.emit(ToolCallProposed(node_id=node_id, label=label, tool_call=shown_call(call)))
+    if requires:
+        announce_approval(step, batch_id)
+
+
+def announce_approval(step: Step, batch_id: str) -> None:
+    """Tell people a batch waits for their decision (one ToolApprovalRequested a batch)."""
+    batch = step.s.batches[batch_id]
+    calls = batch.calls
+    first = calls[0]
+    step.emit(
+        ToolApprovalRequested(
             request={
                 "approvalId": batch_id,
                 "nodeId": batch.node_id,
-                "nodeLabel": self.label(batch.node_id),
+                "nodeLabel": step.label(batch.node_id),
                 "toolCall": shown_call(first),
-                "tier": self.tier_of(first.name, first.arguments),
+                "tier": step.tier_of(first.name, first.arguments),
                 "toolCalls": [shown_call(c) for c in calls],
-            },
+            }
         )
+    )
 
-    def record_seal(self, node_id: str, call: ToolCall, artifact_ids: tuple[str, ...]) -> None:
-        """Point a successful seal call at its artifact instead of the plan text (spec 11)."""
-        ns = self.node(node_id)
-        for i, item in enumerate(ns.transcript):
-            if isinstance(item, ToolCallItem) and item.call.id == call.id:
-                args = {"artifact_id": artifact_ids[0], **SEALED_FROM}
-                ns.transcript[i] = ToolCallItem(
-                    call=item.call.model_copy(update={"arguments": args})
-                )
-                ns.origins[i] = None
 
-    # --- text-only turns and questions --------------------------------------------------
+def record_seal(step: Step, node_id: str, call: ToolCall, artifact_ids: tuple[str, ...]) -> None:
+    """Point a successful seal call at its artifact instead of the plan text (spec 11)."""
+    conv = step.node(node_id).conversation
+    for i, item in enumerate(conv.transcript):
+        if isinstance(item, ToolCallItem) and item.call.id == call.id:
+            args = {"artifact_id": artifact_ids[0], **SEALED_FROM}
+            conv.transcript[i] = ToolCallItem(call=item.call.model_copy(update={"arguments": args}))
+            conv.origins[i] = None
 
-    def wrote_recently(self, node_id: str) -> bool:
-        for item in self.node(node_id).transcript[-40:]:
-            if (
-                isinstance(item, ToolResultItem)
-                and item.result.tool_name == "write"
-                and not item.result.is_error
-            ):
-                return True
-        return False
 
-    def text_only(
-        self, node_id: str, text: str, reasoning: list[TranscriptItem], keep: Keep
-    ) -> None:
-        ns = self.node(node_id)
-        self.reset_protocol(ns, keep_auto_continue=True)
-        for item in reasoning:
-            keep(item)
-        if text.strip():
-            keep(AssistantItem(content=text.strip()))
-        conversational = self.conversational(node_id)
-        if ns.counters.auto_continue >= AUTO_CONTINUE_CAP:
-            if conversational:
-                self.append(node_id, AssistantItem(content=prompts.NARRATION_HANDOFF))
-                self.emit(
-                    "ChatMessage",
-                    node_id=node_id,
-                    role="assistant",
-                    content=prompts.NARRATION_HANDOFF,
-                )
-                self.pause_for_input(node_id, None)
-            else:
-                self.fail_node(
-                    node_id,
-                    f"node produced {AUTO_CONTINUE_CAP} consecutive turns without a tool call "
-                    "while user input is disabled",
-                )
-            return
-        ns.counters.auto_continue += 1
-        tools_cfg = self.by_id[node_id].agent.tools
-        nudge = prompts.text_only_nudge(
-            conversational=conversational,
-            narrated_write=prompts.narrates_write(text),
-            wrote_before=self.wrote_recently(node_id),
-            plan_source=self.is_plan_source(node_id),
-            free_text_only=not tools_cfg.allow_structured_user_input,
-        )
-        self.append(node_id, UserItem(content=nudge))
+# --- text-only turns and questions ------------------------------------------------------
 
-    def on_input_request(
-        self, node_id: str, outcome: NeedsUserInput, reasoning: list[TranscriptItem], keep: Keep
-    ) -> None:
-        ns = self.node(node_id)
-        tools_cfg = self.by_id[node_id].agent.tools
-        structured = outcome.structured_input
-        structured_disabled = not tools_cfg.allow_structured_user_input
-        if structured is not None and structured_disabled:
-            structured = None
-        problem: str | None
-        if structured is not None:
-            problem = structured_problem(structured)
-        elif not outcome.assistant_message.strip():
-            problem = "the question is empty"
+
+def text_only(
+    step: Step, node_id: str, text: str, reasoning: list[TranscriptItem], keep: Keep
+) -> None:
+    conv = step.node(node_id).conversation
+    seat = Seat(node_id)
+    reset_protocol(conv, keep_auto_continue=True)
+    keep_all(keep, reasoning)
+    if text.strip():
+        keep(AssistantItem(content=text.strip()))
+    conversational = step.conversational(node_id)
+    if conv.counters.auto_continue >= AUTO_CONTINUE_CAP:
+        if conversational:
+            append(step, seat, AssistantItem(content=prompts.NARRATION_HANDOFF))
+            step.emit(
+                ChatMessage(node_id=node_id, role="assistant", content=prompts.NARRATION_HANDOFF)
+            )
+            pause_for_input(step, node_id, None)
         else:
-            problem = None
-        if problem is not None:
-            if ns.counters.request_input >= PROTOCOL_CAP:
-                self.fail_node(
-                    node_id,
-                    f"model made {PROTOCOL_CAP + 1} consecutive invalid human-input requests "
-                    f"({problem})",
-                )
-                return
-            ns.counters.request_input += 1
-            self.append(
+            fail_node(
+                step,
                 node_id,
-                UserItem(content=prompts.invalid_input_request_nudge(problem, structured_disabled)),
+                f"node produced {AUTO_CONTINUE_CAP} consecutive turns without a tool call "
+                "while user input is disabled",
+            )
+        return
+    conv.counters.auto_continue += 1
+    tools_cfg = step.by_id[node_id].agent.tools
+    nudge = prompts.text_only_nudge(
+        conversational=conversational,
+        narrated_write=prompts.narrates_write(text),
+        wrote_before=wrote_recently(conv),
+        plan_source=step.is_plan_source(node_id),
+        free_text_only=not tools_cfg.allow_structured_user_input,
+    )
+    append(step, seat, UserItem(content=nudge))
+
+
+def on_input_request(
+    step: Step,
+    node_id: str,
+    outcome: NeedsUserInput,
+    reasoning: list[TranscriptItem],
+    keep: Keep,
+) -> None:
+    conv = step.node(node_id).conversation
+    tools_cfg = step.by_id[node_id].agent.tools
+    structured = outcome.structured_input
+    structured_disabled = not tools_cfg.allow_structured_user_input
+    if structured is not None and structured_disabled:
+        structured = None
+    problem: str | None
+    if structured is not None:
+        problem = structured_problem(structured)
+    elif not outcome.assistant_message.strip():
+        problem = "the question is empty"
+    else:
+        problem = None
+    if problem is not None:
+        if conv.counters.request_input >= PROTOCOL_CAP:
+            fail_node(
+                step,
+                node_id,
+                f"model made {PROTOCOL_CAP + 1} consecutive invalid human-input requests "
+                f"({problem})",
             )
             return
-        self.reset_protocol(ns)
-        for item in reasoning:
-            keep(item)
-        keep(AssistantItem(content=outcome.assistant_message.strip()))
-        if outcome.assistant_message.strip():
-            self.emit(
-                "ChatMessage", node_id=node_id, role="assistant", content=outcome.assistant_message
-            )
-        self.pause_for_input(node_id, structured)
+        conv.counters.request_input += 1
+        nudge = prompts.invalid_input_request_nudge(problem, structured_disabled)
+        append(step, Seat(node_id), UserItem(content=nudge))
+        return
+    reset_protocol(conv)
+    keep_all(keep, reasoning)
+    keep(AssistantItem(content=outcome.assistant_message.strip()))
+    if outcome.assistant_message.strip():
+        step.emit(ChatMessage(node_id=node_id, role="assistant", content=outcome.assistant_message))
+    pause_for_input(step, node_id, structured)
 
-    def pause_for_input(self, node_id: str, structured: dict[str, Any] | None) -> None:
-        ns = self.node(node_id)
-        ns.awaiting = True
-        ns.structured_input = structured
-        context_parts = []
-        for entry in self.node_input(node_id).get("upstream", []):
-            pretty = json.dumps(entry["output"], indent=2, sort_keys=True)
-            context_parts.append(f"{entry['node_id']}:\n{pretty}\n")
-        if not context_parts:
-            context_parts.append(f"Entrypoint: {self.s.entrypoint_text}\n")
-        context = "".join(context_parts) + f"\nTask: {self.by_id[node_id].agent.task_prompt}"
-        self.emit(
-            "NodeAwaitingInput",
+
+def pause_for_input(step: Step, node_id: str, structured: dict[str, Any] | None) -> None:
+    ns = step.node(node_id)
+    ns.phase = AwaitingInput(structured_input=structured)
+    context_parts = []
+    for entry in node_input(step, node_id).get("upstream", []):
+        pretty = json.dumps(entry["output"], indent=2, sort_keys=True)
+        context_parts.append(f"{entry['node_id']}:\n{pretty}\n")
+    if not context_parts:
+        context_parts.append(f"Entrypoint: {step.s.entrypoint_text}\n")
+    context = "".join(context_parts) + f"\nTask: {step.by_id[node_id].agent.task_prompt}"
+    step.emit(
+        NodeAwaitingInput(
             node_id=node_id,
-            label=self.label(node_id),
+            label=step.label(node_id),
             context=context,
             is_initial=False,
             structured_input=structured,
         )
+    )
 
-    # --- errors -------------------------------------------------------------------------
 
-    def on_failure(self, node_id: str, failure: ProviderFailure) -> None:
-        self.on_error(node_id, classify_failure(failure))
+# --- errors -----------------------------------------------------------------------------
 
-    def on_error(self, node_id: str, err: TurnError, allow_repair: bool = True) -> None:
-        """Route an AgentError through the handlers of spec 3.5, first claim wins."""
-        ns = self.node(node_id)
-        if allow_repair and self.start_repair(node_id, err):
-            return
-        label = self.label(node_id)
-        display = error_text(err)
-        self.emit("AiInvokeFailed", node_id=node_id, label=label, error=display)
-        agent = self.by_id[node_id].agent
-        if err.error == "interrupted":
-            self.interrupt(node_id)
-            return
-        if err.error == "malformed" and ns.counters.submit < PROTOCOL_CAP:
-            ns.counters.submit += 1
-            self.append(
-                node_id,
-                UserItem(content=prompts.malformed_nudge(err.message, submission_schema(agent))),
-            )
-            return
-        if err.error == "mixed" and ns.counters.mixed < PROTOCOL_CAP:
-            ns.counters.mixed += 1
-            enabled = [HARNESS_SUBMIT]
-            if self.conversational(node_id):
-                if agent.tools.allow_free_text_user_input:
-                    enabled.append(HARNESS_REQUEST_INPUT)
-                if agent.tools.allow_structured_user_input:
-                    enabled.append(HARNESS_ASK_QUESTION)
-            self.append(node_id, UserItem(content=prompts.mixed_nudge(enabled)))
-            return
-        if err.error == "truncated" and ns.counters.truncation < PROTOCOL_CAP:
-            ns.counters.truncation += 1
-            self.append(node_id, UserItem(content=prompts.truncation_nudge(err.tool_names)))
-            return
-        if err.error == "empty" and self.on_empty(node_id):
-            return
-        if err.error == "transient" and self.schedule_backoff(node_id, err, display):
-            return
-        self.fail_node(node_id, display)
 
-    def on_empty(self, node_id: str) -> bool:
-        """Nudge after an empty turn, or hand a conversational node to its person at the cap."""
-        ns = self.node(node_id)
-        conversational = self.conversational(node_id)
-        if ns.counters.empty < PROTOCOL_CAP:
-            ns.counters.empty += 1
-            narrated = any(
-                isinstance(i, AssistantItem) and prompts.narrates_write(i.content)
-                for i in ns.transcript[-3:]
-            )
-            nudge = prompts.empty_nudge(conversational, narrated, self.is_plan_source(node_id))
-            self.append(node_id, UserItem(content=nudge))
-            return True
-        if not conversational:
-            return False
-        self.append(node_id, AssistantItem(content=prompts.EMPTY_TURNS_HANDOFF))
-        self.emit(
-            "ChatMessage", node_id=node_id, role="assistant", content=prompts.EMPTY_TURNS_HANDOFF
+def on_failure(step: Step, node_id: str, failure: ProviderFailure) -> None:
+    on_error(step, node_id, classify_failure(failure))
+
+
+def on_error(step: Step, node_id: str, err: TurnError, allow_repair: bool = True) -> None:
+    """Route an AgentError through the handlers of spec 3.5, first claim wins."""
+    conv = step.node(node_id).conversation
+    seat = Seat(node_id)
+    if allow_repair and start_repair(step, node_id, err):
+        return
+    display = error_text(err)
+    step.emit(AiInvokeFailed(node_id=node_id, label=step.label(node_id), error=display))
+    agent = step.by_id[node_id].agent
+    counters = conv.counters
+    if err.error == "interrupted":
+        interrupt(step, node_id)
+        return
+    if err.error == "malformed" and counters.submit < PROTOCOL_CAP:
+        counters.submit += 1
+        nudge = prompts.malformed_nudge(err.message, submission_schema(agent))
+        append(step, seat, UserItem(content=nudge))
+        return
+    if err.error == "mixed" and counters.mixed < PROTOCOL_CAP:
+        counters.mixed += 1
+        enabled = [HARNESS_SUBMIT]
+        if step.conversational(node_id):
+            if agent.tools.allow_free_text_user_input:
+                enabled.append(HARNESS_REQUEST_INPUT)
+            if agent.tools.allow_structured_user_input:
+                enabled.append(HARNESS_ASK_QUESTION)
+        append(step, seat, UserItem(content=prompts.mixed_nudge(enabled)))
+        return
+    if err.error == "truncated" and counters.truncation < PROTOCOL_CAP:
+        counters.truncation += 1
+        append(step, seat, UserItem(content=prompts.truncation_nudge(err.tool_names)))
+        return
+    if err.error == "empty" and on_empty(step, node_id):
+        return
+    if err.error == "transient" and hold_for_backoff(step, seat, err, display):
+        return
+    fail_node(step, node_id, display)
+
+
+def on_empty(step: Step, node_id: str) -> bool:
+    """Nudge after an empty turn, or hand a conversational node to its person at the cap."""
+    conv = step.node(node_id).conversation
+    seat = Seat(node_id)
+    conversational = step.conversational(node_id)
+    if conv.counters.empty < PROTOCOL_CAP:
+        conv.counters.empty += 1
+        narrated = any(
+            isinstance(i, AssistantItem) and prompts.narrates_write(i.content)
+            for i in conv.transcript[-3:]
         )
-        self.pause_for_input(node_id, None)
+        nudge = prompts.empty_nudge(conversational, narrated, step.is_plan_source(node_id))
+        append(step, seat, UserItem(content=nudge))
         return True
+    if not conversational:
+        return False
+    append(step, seat, AssistantItem(content=prompts.EMPTY_TURNS_HANDOFF))
+    step.emit(ChatMessage(node_id=node_id, role="assistant", content=prompts.EMPTY_TURNS_HANDOFF))
+    pause_for_input(step, node_id, None)
+    return True
 
-    def schedule_backoff(self, node_id: str, err: TurnError, display: str) -> bool:
-        """Hold the node for its transient backoff (spec 5.3), unless the streak is spent."""
-        ns = self.node(node_id)
-        policy = self.wf.settings.retry_policy
-        if ns.transient_streak >= policy.max_attempts:
-            return False
-        ns.transient_streak += 1
-        ns.retries = min(ns.retries + 1, MAX_MODEL_ATTEMPT)
-        delay = backoff_delay_ms(policy.backoff_ms, ns.transient_streak) + jitter_ms(node_id)
-        if err.retry_after_ms is not None:
-            delay = max(delay, err.retry_after_ms)
-        ns.backoff_until_ms = self.now + delay
-        self.emit(
-            "NodeRetrying",
+
+# --- output repair (spec 3.9) -----------------------------------------------------------
+
+
+def start_repair(step: Step, node_id: str, err: TurnError) -> bool:
+    """Ask the repair model to fix a malformed submit before nudging the node."""
+    ns = step.node(node_id)
+    if err.error != "malformed" or err.candidate is None or ns.pending_repair is not None:
+        return False
+    request = build_repair_request(step, node_id, err)
+    if request is None:
+        return False
+    call_id = step.new_id(f"repair:{node_id}")
+    attempt = ns.model_attempt
+    ns.pending_repair = {"error": err.model_dump(mode="json"), "model": request.model}
+    ns.conversation.in_flight = InFlightCall(call_id=call_id, model_attempt=attempt, kind="repair")
+    step.emit(OutputRepairStarted(node_id=node_id, model=request.model))
+    step.intents.append(
+        CallModel(
+            call_id=call_id,
             node_id=node_id,
-            label=self.label(node_id),
-            attempt=ns.model_attempt,
-            backoff_ms=delay,
-            error=display,
+            model_attempt=attempt,
+            request=request,
+            delta=TranscriptDelta(base_len=0),
+            purpose="repair",
         )
-        self.intents.append(SleepUntil(node_id=node_id, wake_at_ms=ns.backoff_until_ms))
-        return True
+    )
+    return True
 
-    def interrupt(self, node_id: str) -> None:
-        ns = self.node(node_id)
-        ns.interrupted = True
-        ns.backoff_until_ms = None
-        ns.pending_repair = None
-        for batch in self.node_batches(node_id):
-            self.s.batches.pop(batch.batch_id)
-        self.close_dangling(node_id, prompts.INTERRUPTED_RESULT)
-        self.emit("NodeInterrupted", node_id=node_id, label=self.label(node_id))
 
-    # --- output repair (spec 3.9) -------------------------------------------------------
+def take_repair(step: Step, node_id: str) -> TurnError | None:
+    ns = step.node(node_id)
+    job, ns.pending_repair = ns.pending_repair, None
+    ns.repairs_done += 1
+    if job is None:
+        return None
+    try:
+        return TurnError.model_validate(job.get("error"))
+    except ValidationError:
+        return None
 
-    def build_repair_request(self, node_id: str, err: TurnError) -> AgentRequest | None:
-        node = self.by_id[node_id]
-        model = (self.wf.settings.output_repair_model or "").strip() or self.node_model(node_id)
-        if not model:
-            return None
-        repair_id = node_id + REPAIR_SUFFIX
-        envelope = submission_parameters(
-            AgentRequest(
-                workflow_id=self.wf.id,
-                node_id=node_id,
-                node_label=node.label,
-                model=model,
-                output_schema=submission_schema(node.agent),
-            )
-        )
-        request = AgentRequest(
-            workflow_id=self.wf.id,
-            run_id=self.s.run_id,
-            node_id=repair_id,
-            node_label=f"{node.label} (output repair)",
-            model=model,
-            provider_id=node.agent.provider_id or self.wf.settings.provider_id,
-            system_messages=(prompts.REPAIR_SYSTEM,),
-            task_prompt=prompts.REPAIR_TASK,
-            input={
-                "malformed_arguments": err.candidate,
-                "validation_detail": err.message,
-                "tool_name": HARNESS_SUBMIT,
-                "expected_output_schema": envelope,
-            },
-            output_schema=dict(prompts.REPAIR_OUTPUT_SCHEMA),
-            cache_key=cache_key_for(self.wf.id, repair_id, []),
-            turn_index=self.node(node_id).repairs_done,
-        )
-        harness = harness_tool_specs(request)
-        return request.model_copy(update={"harness_tools": tuple(harness)})
 
-    def start_repair(self, node_id: str, err: TurnError) -> bool:
-        """Ask the repair model to fix a malformed submit before nudging the node."""
-        ns = self.node(node_id)
-        if err.error != "malformed" or err.candidate is None or ns.pending_repair is not None:
-            return False
-        request = self.build_repair_request(node_id, err)
-        if request is None:
-            return False
-        call_id = self.new_id(f"repair:{node_id}")
-        ns.pending_repair = {"error": err.model_dump(mode="json"), "model": request.model}
-        ns.in_flight = InFlightCall(call_id=call_id, model_attempt=ns.model_attempt, kind="repair")
-        self.emit("OutputRepairStarted", node_id=node_id, model=request.model)
-        self.intents.append(
-            CallModel(
-                call_id=call_id,
-                node_id=node_id,
-                model_attempt=ns.model_attempt,
-                request=request,
-                delta=TranscriptDelta(base_len=0),
-                purpose="repair",
-            )
-        )
-        return True
-
-    def take_repair(self, node_id: str) -> TurnError | None:
-        ns = self.node(node_id)
-        job, ns.pending_repair = ns.pending_repair, None
-        ns.repairs_done += 1
-        if job is None:
-            return None
-        try:
-            return TurnError.model_validate(job.get("error"))
-        except ValidationError:
-            return None
-
-    def on_repair_reply(self, node_id: str, reply: ModelReply) -> None:
-        original = self.take_repair(node_id)
-        if original is None:
-            return
-        self.report_usage(node_id, reply)
-        outcome = classify_reply(reply, prompts.REPAIR_OUTPUT_SCHEMA).outcome
-        if isinstance(outcome, Completed) and isinstance(outcome.output, dict):
-            args = outcome.output.get("repaired_arguments")
-            if isinstance(args, dict):
-                schema = submission_schema(self.by_id[node_id].agent)
-                repaired = complete_submit(
-                    args, json.dumps(args), schema, None, self.markdown_headings(node_id)
-                )
-                if isinstance(repaired, Completed):
-                    self.emit(
-                        "OutputRepairSucceeded", node_id=node_id, model=reply.model or "repair"
-                    )
-                    self.on_completed(
-                        node_id, repaired, [], lambda item: self.append(node_id, item)
-                    )
-                    return
-                reason = f"the repaired arguments are still invalid: {repaired.message}"
-            else:
-                reason = "the repair model returned no repaired_arguments object"
-        elif isinstance(outcome, TurnError):
-            reason = error_text(outcome)
+def on_repair_reply(step: Step, node_id: str, reply: ModelReply) -> None:
+    original = take_repair(step, node_id)
+    if original is None:
+        return
+    report_usage(step, node_id, reply)
+    outcome = classify_reply(reply, prompts.REPAIR_OUTPUT_SCHEMA).outcome
+    if isinstance(outcome, Completed) and isinstance(outcome.output, dict):
+        args = outcome.output.get("repaired_arguments")
+        if isinstance(args, dict):
+            schema = submission_schema(step.by_id[node_id].agent)
+            headings = markdown_headings(step, node_id)
+            repaired = complete_submit(args, json.dumps(args), schema, None, headings)
+            if isinstance(repaired, Completed):
+                step.emit(OutputRepairSucceeded(node_id=node_id, model=reply.model or "repair"))
+                seat = Seat(node_id)
+                on_completed(step, node_id, repaired, [], lambda item: append(step, seat, item))
+                return
+            reason = f"the repaired arguments are still invalid: {repaired.message}"
         else:
-            reason = "the repair model did not submit repaired arguments"
-        self.emit("OutputRepairFailed", node_id=node_id, reason=reason)
-        self.on_error(node_id, original, allow_repair=False)
+            reason = "the repair model returned no repaired_arguments object"
+    elif isinstance(outcome, TurnError):
+        reason = error_text(outcome)
+    else:
+        reason = "the repair model did not submit repaired arguments"
+    step.emit(OutputRepairFailed(node_id=node_id, reason=reason))
+    on_error(step, node_id, original, allow_repair=False)
 
-    def on_repair_failure(self, node_id: str, failure: ProviderFailure) -> None:
-        original = self.take_repair(node_id)
-        if original is None:
-            return
-        self.emit(
-            "OutputRepairFailed", node_id=node_id, reason=error_text(classify_failure(failure))
-        )
-        if failure.kind == "interrupted":
-            self.interrupt(node_id)
-            return
-        self.on_error(node_id, original, allow_repair=False)
+
+def on_repair_failure(step: Step, node_id: str, failure: ProviderFailure) -> None:
+    original = take_repair(step, node_id)
+    if original is None:
+        return
+    reason = error_text(classify_failure(failure))
+    step.emit(OutputRepairFailed(node_id=node_id, reason=reason))
+    if failure.kind == "interrupted":
+        interrupt(step, node_id)
+        return
+    on_error(step, node_id, original, allow_repair=False)
 
 
 __all__ = [
-    "AUTO_CONTINUE_CAP",
-    "MAX_MODEL_ATTEMPT",
-    "PROTOCOL_CAP",
-    "REPAIR_SUFFIX",
-    "Keep",
-    "Turns",
-    "backoff_delay_ms",
-    "error_text",
-    "jitter_ms",
-    "reply_items",
-    "shown_call",
-    "structured_problem",
+    "INVALID_ARGS",
+    "announce_approval",
+    "call_decision",
+    "kept_call",
+    "on_completed",
+    "on_error",
+    "on_failure",
+    "on_repair_failure",
+    "on_repair_reply",
+    "on_reply",
+    "pause_for_input",
+    "queue_batch",
+    "record_seal",
+    "relativize",
+    "store_output",
+    "text_only",
 ]

@@ -358,7 +358,9 @@ class OpenFlowRun:
                 parts.append("a retry of " + ", ".join(awaiting.retryables))
             details = "waiting for " + "; ".join(parts)
         else:
-            running = sorted(n for n, ns in plan.snapshot.nodes.items() if ns.in_flight is not None)
+            running = sorted(
+                n for n, ns in plan.snapshot.nodes.items() if ns.conversation.in_flight is not None
+            )
             if plan.snapshot.review_call is not None:
                 details = "reviewing the run"
             else:

@@ -236,7 +236,9 @@ class FakeModel:
     def play(self, intent: CallModel, snapshot: RunSnapshot) -> Fact:
         node_id = intent.request.node_id
         ns = snapshot.nodes.get(intent.node_id)
-        transcript = list(ns.transcript) if ns is not None and intent.purpose == "node" else []
+        transcript = (
+            list(ns.conversation.transcript) if ns is not None and intent.purpose == "node" else []
+        )
         calls = self.reviews if intent.purpose == "review" else self.calls
         calls.append(ModelCall(intent, transcript))
         queue = self.turns.get(node_id)

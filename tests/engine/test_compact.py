@@ -95,11 +95,13 @@ def test_compacted_snapshot_plans_the_same_next_call() -> None:
     full = plan.snapshot
     small = compact(full, keep=10)
     node = full.nodes["busy"]
-    unpersisted = len(node.transcript) - (node.persisted_len - node.transcript_offset)
-    assert len(small.nodes["busy"].transcript) == max(unpersisted, 10)
-    assert small.nodes["busy"].transcript_offset + len(small.nodes["busy"].transcript) == len(
-        node.transcript
+    unpersisted = len(node.conversation.transcript) - (
+        node.conversation.persisted_len - node.conversation.transcript_offset
     )
+    assert len(small.nodes["busy"].conversation.transcript) == max(unpersisted, 10)
+    assert small.nodes["busy"].conversation.transcript_offset + len(
+        small.nodes["busy"].conversation.transcript
+    ) == len(node.conversation.transcript)
     assert len(small.model_dump_json()) < len(full.model_dump_json()) / 3
     again = type(full).model_validate_json(small.model_dump_json())
     # The next call from either snapshot asks for the same transcript delta.

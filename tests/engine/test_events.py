@@ -251,6 +251,21 @@ def test_unknown_event_type_is_rejected() -> None:
         RunEventAdapter.validate_python([{"type": "NodeExploded", "node_id": "a"}])
 
 
+def test_building_an_event_with_an_unknown_field_fails() -> None:
+    with pytest.raises(ValidationError, match="lable"):
+        NodeQueued(node_id="a", lable="A")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="bogus"):
+        ToolCompleted(node_id="a", tool_call_id="c", tool_name="read", content="", bogus=1)  # type: ignore[call-arg]
+
+
+def test_stored_events_with_a_field_since_dropped_still_parse() -> None:
+    """History and carried snapshots may hold a field no event defines any more."""
+    stored = [{"type": "NodeQueued", "seq": 3, "at_ms": 9, "node_id": "a", "retired": True}]
+    (event,) = RunEventAdapter.validate_json(json.dumps(stored))
+    assert event == NodeQueued(seq=3, at_ms=9, node_id="a")
+    assert NodeQueued.model_validate(stored[0]) == event
+
+
 def test_events_are_immutable() -> None:
     event = NodeQueued(node_id="a")
     with pytest.raises(ValidationError):

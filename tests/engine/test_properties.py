@@ -252,9 +252,11 @@ class CheckedDriver(Driver):
         for node_id, ns in s.nodes.items():
             if node_id in busy_nodes:
                 continue
-            calls = [i.call.id for i in ns.transcript if isinstance(i, ToolCallItem)]
+            calls = [i.call.id for i in ns.conversation.transcript if isinstance(i, ToolCallItem)]
             results = [
-                i.result.tool_call_id for i in ns.transcript if isinstance(i, ToolResultItem)
+                i.result.tool_call_id
+                for i in ns.conversation.transcript
+                if isinstance(i, ToolResultItem)
             ]
             assert sorted(calls) == sorted(results), (
                 f"unanswered or doubled tool calls on {node_id}"

@@ -44,7 +44,7 @@ def _lost_write(receipt: bool) -> Driver:
 def _result_of(d: Driver, call_id: str) -> str:
     results = [
         i.result.content
-        for i in d.node("first").transcript
+        for i in d.node("first").conversation.transcript
         if isinstance(i, ToolResultItem) and i.result.tool_call_id == call_id
     ]
     assert len(results) == 1

@@ -65,11 +65,11 @@ ONE_QUESTION = {
 
 
 def users(d: Driver, node_id: str) -> list[str]:
-    return [i.content for i in d.node(node_id).transcript if isinstance(i, UserItem)]
+    return [i.content for i in d.node(node_id).conversation.transcript if isinstance(i, UserItem)]
 
 
 def last_item(d: Driver, node_id: str) -> Any:
-    return d.node(node_id).transcript[-1]
+    return d.node(node_id).conversation.transcript[-1]
 
 
 def errors(d: Driver, node_id: str) -> list[str]:
@@ -92,8 +92,8 @@ def test_01_interrupted_tool_batch_closes_dangling_tool_calls() -> None:
     )
     ns = d.node("first")
     assert ns.interrupted and d.plan is not None and d.plan.awaiting.retryables == ("first",)
-    assert [i.kind for i in ns.transcript] == ["tool_call", "tool_result"]
-    assert "interrupted or cancelled" in ns.transcript[1].result.content
+    assert [i.kind for i in ns.conversation.transcript] == ["tool_call", "tool_result"]
+    assert "interrupted or cancelled" in ns.conversation.transcript[1].result.content
     assert "NodeInterrupted" in d.event_types("first")
 
 
@@ -115,12 +115,14 @@ def test_03_retry_keeps_the_conversation_and_resets_recovery_budgets() -> None:
     )
     ns = d.node("first")
     assert ns.failed == "permanent: bad key"
-    assert (ns.counters.mixed, ns.counters.truncation) == (2, 2)
-    kept = list(ns.transcript)
+    assert (ns.conversation.counters.mixed, ns.conversation.counters.truncation) == (2, 2)
+    kept = list(ns.conversation.transcript)
     d.feed(engine_retry("first"))
     ns = d.node("first")
-    assert ns.counters.model_dump() == {k: 0 for k in ns.counters.model_dump()}
-    assert ns.transcript == kept and ns.model_attempt == 2
+    assert ns.conversation.counters.model_dump() == {
+        k: 0 for k in ns.conversation.counters.model_dump()
+    }
+    assert ns.conversation.transcript == kept and ns.model_attempt == 2
 
 
 def engine_retry(node_id: str, text: str | None = None) -> Any:
@@ -147,10 +149,13 @@ def test_05_retry_of_an_interrupted_node_keeps_transcript_and_clears_transient_s
 
     d = run(single_agent_workflow(), {"first": [tool_read(), transient(), interrupted()]})
     ns = d.node("first")
-    assert ns.interrupted and ns.transient_streak == 1
-    kept = list(ns.transcript)
+    assert ns.interrupted and ns.conversation.transient_streak == 1
+    kept = list(ns.conversation.transcript)
     d.feed(engine_retry("first"))
-    assert d.node("first").transient_streak == 0 and d.node("first").transcript == kept
+    assert (
+        d.node("first").conversation.transient_streak == 0
+        and d.node("first").conversation.transcript == kept
+    )
 
 
 def test_06_mixed_tool_turn_is_corrected_without_executing_calls() -> None:
@@ -230,11 +235,11 @@ def test_13_24_76_checkpoints_keep_streaks_and_protocol_budgets() -> None:
     )
     restored = roundtrip(d.snapshot)
     ns = restored.nodes["first"]
-    assert ns.transient_streak == 1
-    assert ns.counters.auto_continue == 1
+    assert ns.conversation.transient_streak == 1
+    assert ns.conversation.counters.auto_continue == 1
     assert restored == d.snapshot
     d2 = run(single_agent_workflow(), {"first": [mixed(), mixed(), truncated(), permanent()]})
-    counters = roundtrip(d2.snapshot).nodes["first"].counters
+    counters = roundtrip(d2.snapshot).nodes["first"].conversation.counters
     assert (counters.mixed, counters.truncation) == (2, 1)
 
 
@@ -366,7 +371,7 @@ def test_19_plan_mode_denies_hidden_write_mcp_and_subagent_calls() -> None:
     assert [[c.name for c in b.calls] for b in d.batches] == [["read"]]
     denied = [
         i.result.content
-        for i in d.node("freeze").transcript
+        for i in d.node("freeze").conversation.transcript
         if isinstance(i, ToolResultItem) and i.result.is_error
     ]
     assert len(denied) == 3 and all("blocked by Plan Mode" in text for text in denied)
@@ -402,7 +407,9 @@ def test_22_non_source_node_cannot_mutate_or_seal_the_run_plan() -> None:
     )
     d = run(wf, {"notes": [attempt]})
     assert not d.batches and not [b for b in d.snapshot.batches.values() if b.node_id == "notes"]
-    results = [i.result for i in d.node("notes").transcript if isinstance(i, ToolResultItem)]
+    results = [
+        i.result for i in d.node("notes").conversation.transcript if isinstance(i, ToolResultItem)
+    ]
     assert len(results) == 2
     assert all(r.is_error and "selected Plan Mode evidence source" in r.content for r in results)
 
@@ -412,7 +419,7 @@ def test_23_sealed_plan_records_the_artifact_reference_without_the_plan_payload(
     d = run(plan_workflow(), script, approvals=[("", True, None)])
     seal_calls = [
         i.call
-        for i in d.node("freeze").transcript
+        for i in d.node("freeze").conversation.transcript
         if isinstance(i, ToolCallItem) and i.call.name == "openflow_write_plan_artifact"
     ]
     assert [c.arguments for c in seal_calls] == [
@@ -442,7 +449,7 @@ def test_plan_mode_lets_writers_keep_docs_notes_and_closes_the_draft_in_executio
     )
     results = {
         i.result.tool_call_id: i.result
-        for i in d.node("notes").transcript
+        for i in d.node("notes").conversation.transcript
         if isinstance(i, ToolResultItem)
     }
     contents = [r.content for r in results.values()]
@@ -458,7 +465,9 @@ def test_plan_mode_lets_writers_keep_docs_notes_and_closes_the_draft_in_executio
     d2 = run(
         wf2, {"freeze": PLAN_SCRIPT, "after": [late, ok_summary()]}, approvals=[("", True, None)]
     )
-    late_results = [i.result for i in d2.node("after").transcript if isinstance(i, ToolResultItem)]
+    late_results = [
+        i.result for i in d2.node("after").conversation.transcript if isinstance(i, ToolResultItem)
+    ]
     assert len(late_results) == 1 and "blocked by Plan Mode" in late_results[0].content
     assert d2.snapshot.status == "completed"
 
@@ -521,7 +530,7 @@ def test_38_absolute_paths_under_the_project_root_become_repo_relative() -> None
         {"first": [tool_read("/repo/app/package.json"), ok_summary()]},
         project_root="/repo/app",
     )
-    calls = [i.call for i in d.node("first").transcript if isinstance(i, ToolCallItem)]
+    calls = [i.call for i in d.node("first").conversation.transcript if isinstance(i, ToolCallItem)]
     assert calls[0].arguments == {"path": "package.json"}
     assert d.batches[0].calls[0].arguments == {"path": "package.json"}
 
@@ -559,7 +568,7 @@ def test_42_stale_in_flight_work_is_retried_on_resume() -> None:
     d = Driver(wf, {"done": [ok_summary()], "stale": [ok_summary()]})
     d.hold("model:stale")
     d.run()
-    assert d.node("done").has_output and d.node("stale").in_flight is not None
+    assert d.node("done").has_output and d.node("stale").conversation.in_flight is not None
     d.release("model:stale")
     plan = d.resume(roundtrip(d.snapshot))
     assert [i.node_id for i in plan.intents if isinstance(i, CallModel)] == ["stale"]
@@ -623,7 +632,7 @@ def test_50_stop_mid_tool_marks_the_node_retryable() -> None:
     d.run()
     ns = d.node("first")
     assert d.snapshot.status == "stopped" and ns.interrupted and not d.snapshot.batches
-    result = ns.transcript[-1]
+    result = ns.conversation.transcript[-1]
     assert (
         isinstance(result, ToolResultItem) and "interrupted or cancelled" in result.result.content
     )
@@ -651,7 +660,8 @@ def test_53_interactive_node_pauses_for_a_person_after_the_empty_turn_cap() -> N
     ns = d.node("first")
     assert ns.failed is None and ns.awaiting
     assert (
-        isinstance(ns.transcript[-1], AssistantItem) and "empty turns" in ns.transcript[-1].content
+        isinstance(ns.conversation.transcript[-1], AssistantItem)
+        and "empty turns" in ns.conversation.transcript[-1].content
     )
 
 
@@ -664,8 +674,10 @@ def test_54_empty_turn_after_a_narrated_write_gets_the_write_nudge() -> None:
 def test_55_write_without_content_is_rejected_with_a_chunked_write_nudge() -> None:
     d = run(single_agent_workflow(), {"first": [message("hmm"), tool_write(content=None)]})
     ns = d.node("first")
-    assert not d.batches and ns.counters.auto_continue == 0
-    results = [i.result.content for i in ns.transcript if isinstance(i, ToolResultItem)]
+    assert not d.batches and ns.conversation.counters.auto_continue == 0
+    results = [
+        i.result.content for i in ns.conversation.transcript if isinstance(i, ToolResultItem)
+    ]
     assert len(results) == 1 and "missing field `content`" in results[0]
     assert "`content`" in users(d, "first")[-1] and "small stub" in users(d, "first")[-1]
 
@@ -688,8 +700,8 @@ def test_57_58_autonomous_node_auto_continues_instead_of_pausing(
 ) -> None:
     d = run(single_agent_workflow(), {"first": [turn]})
     ns = d.node("first")
-    assert not ns.awaiting and ns.counters.auto_continue == 1
-    assert any(isinstance(i, AssistantItem) for i in ns.transcript)
+    assert not ns.awaiting and ns.conversation.counters.auto_continue == 1
+    assert any(isinstance(i, AssistantItem) for i in ns.conversation.transcript)
     assert nudge in users(d, "first")[-1]
 
 
@@ -728,7 +740,9 @@ def test_61_62_64_interactive_node_pauses_for_real_questions(
 def test_63_direct_conversation_plain_reply_ends_the_turn() -> None:
     d = run(single_agent_workflow(**CONVERSATION), {"first": [message("Hello! How can I help?")]})
     ns = d.node("first")
-    assert ns.awaiting and ns.transcript[-1] == AssistantItem(content="Hello! How can I help?")
+    assert ns.awaiting and ns.conversation.transcript[-1] == AssistantItem(
+        content="Hello! How can I help?"
+    )
     assert users(d, "first") == []
     assert d.model.calls[0].intent.request.tool_choice == "auto"
 
@@ -774,7 +788,7 @@ def test_69_71_narrated_write_without_a_tool_gets_a_write_nudge(
 ) -> None:
     wf = single_agent_workflow(tools={"approvalMode": "yolo"})
     d = run(wf, {"first": [*before, message("I'll write the file now.")]})
-    assert d.node("first").counters.auto_continue == 1
+    assert d.node("first").conversation.counters.auto_continue == 1
     assert all(text in users(d, "first")[-1] for text in expected)
 
 
@@ -790,8 +804,8 @@ def test_72_conversational_node_pauses_after_the_text_only_cap() -> None:
     ns = d.node("first")
     assert ns.awaiting and ns.failed is None
     assert (
-        isinstance(ns.transcript[-1], AssistantItem)
-        and "kept narrating" in ns.transcript[-1].content
+        isinstance(ns.conversation.transcript[-1], AssistantItem)
+        and "kept narrating" in ns.conversation.transcript[-1].content
     )
 
 
@@ -800,10 +814,10 @@ def test_73_a_valid_pause_resets_the_protocol_recovery_budgets() -> None:
     d = Driver(single_agent_workflow(**INTERACTIVE), {"first": script}, inputs={"first": ["A"]})
     d.when(lambda drv: drv.node("first").awaiting, CancelRequested())
     d.run()
-    counters = d.node("first").counters
+    counters = d.node("first").conversation.counters
     assert counters.model_dump() == {k: 0 for k in counters.model_dump()}
     d2 = run(single_agent_workflow(**INTERACTIVE), {"first": script}, inputs={"first": ["A"]})
-    assert d2.node("first").counters.auto_continue == 1
+    assert d2.node("first").conversation.counters.auto_continue == 1
     assert "openflow_request_user_input" in users(d2, "first")[-1]
 
 
@@ -857,7 +871,9 @@ def test_c_read_only_is_enforced_by_the_engine_differs_from_spec_15_4() -> None:
     wf = single_agent_workflow(tools={"approvalMode": "read_only"})
     d = run(wf, {"first": [tool_write("a.txt", "x"), tool_bash("rm -rf src"), ok_summary()]})
     assert d.snapshot.status == "completed" and d.batches == []
-    results = [i.result for i in d.node("first").transcript if isinstance(i, ToolResultItem)]
+    results = [
+        i.result for i in d.node("first").conversation.transcript if isinstance(i, ToolResultItem)
+    ]
     assert len(results) == 2 and all(r.is_error and "read-only" in r.content for r in results)
     assert not {"write", "bash"} & set(d.model.calls[0].intent.request.tool_names)
 

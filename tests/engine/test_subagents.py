@@ -8,6 +8,7 @@ from typing import Any
 
 from openflow.engine import advance as engine
 from openflow.engine.policy import CALL_SUBAGENT, DECLARE_SUBAGENTS
+from openflow.engine.protocol import jitter_ms
 from openflow.engine.spec import CallableAgent
 from openflow.engine.state import (
     CallModel,
@@ -19,7 +20,6 @@ from openflow.engine.state import (
     SleepUntil,
 )
 from openflow.engine.transcript import ToolCallItem, ToolResult, ToolResultItem, UserItem
-from openflow.engine.turn import jitter_ms
 from tests.engine.driver import (
     SUMMARY_SCHEMA,
     Driver,
@@ -100,7 +100,9 @@ class AgentDriver(Driver):
 
 
 def results(d: Driver, node_id: str) -> list[ToolResult]:
-    return [i.result for i in d.node(node_id).transcript if isinstance(i, ToolResultItem)]
+    return [
+        i.result for i in d.node(node_id).conversation.transcript if isinstance(i, ToolResultItem)
+    ]
 
 
 def result_of(d: Driver, node_id: str, name: str) -> list[ToolResult]:
@@ -365,7 +367,9 @@ def test_stop_mid_subagent_closes_the_parents_call_and_resume_calls_again() -> N
     assert interrupted.is_error and "interrupted or cancelled" in interrupted.content
     assert ("SubagentFailed", SCOUT) in subagent_events(d)
     assert d.snapshot.subagents[SCOUT].status == "declared"
-    calls = {i.call.id for i in d.node("first").transcript if isinstance(i, ToolCallItem)}
+    calls = {
+        i.call.id for i in d.node("first").conversation.transcript if isinstance(i, ToolCallItem)
+    }
     assert calls == {r.tool_call_id for r in results(d, "first")}, "nothing left dangling"
     d.release(f"model:{SCOUT}")
     d.resume()

@@ -47,12 +47,12 @@ from openflow.engine.events import (
     ToolArtifactCreated,
     ToolRetrying,
 )
+from openflow.engine.protocol import backoff_delay_ms, jitter_ms
 from openflow.engine.transcript import ToolCall, ToolResult
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TOOL_BUDGET = 16
-MAX_BACKOFF_MS = 30_000
 LOCK_WAIT_REPORT_S = 0.1
 INLINE_SNAPSHOT_BYTES = 8 * 1024
 
@@ -119,18 +119,9 @@ def new_tool_budget(limit: int = DEFAULT_TOOL_BUDGET) -> asyncio.Semaphore:
     return asyncio.Semaphore(limit)
 
 
-def _node_jitter_ms(node_id: str) -> int:
-    h = 0
-    for byte in node_id.encode("utf-8"):
-        h = (h * 31 + byte) & 0xFFFFFFFF
-    return 100 + h % 400
-
-
 def tool_backoff_ms(backoff_ms: int, attempt: int, node_id: str) -> int:
     """Spec 5.3: min(backoff * 2^(attempt-1), 30 s) plus a per-node jitter of 100-499 ms."""
-    exponent = max(attempt, 1) - 1
-    base = min(backoff_ms * (2**exponent), MAX_BACKOFF_MS)
-    return int(base) + _node_jitter_ms(node_id)
+    return backoff_delay_ms(backoff_ms, attempt) + jitter_ms(node_id)
 
 
 def unavailable_result(call: ToolCall) -> ToolResult:

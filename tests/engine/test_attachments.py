@@ -69,7 +69,7 @@ def test_an_answer_with_an_image_is_in_the_transcript_and_survives_a_checkpoint(
     assert engine.check(plan.snapshot, fact) is None
     plan = engine.advance(plan.snapshot, [fact], 2)
     restored = RunSnapshot.model_validate_json(plan.snapshot.model_dump_json())
-    last = restored.nodes["first"].transcript[-1]
+    last = restored.nodes["first"].conversation.transcript[-1]
     assert last == UserItem(content="this one", attachments=(CHART, NOTES))
     [said] = [e for e in plan.events if e.type == "ChatMessage" and e.role == "user"]  # type: ignore[attr-defined]
     assert said.attachments == (CHART, NOTES)  # type: ignore[attr-defined]

@@ -100,6 +100,9 @@ async def test_declared_and_saved_subagents_answer_their_parent_and_replay(
                 {"tools": [{"name": "read", "args": {"path": "notes.txt"}}]},
                 {"submit": {"verdict": "complete"}},
             ],
+            # A scripted profile without `exhausted` fails once its turns run out: the post-run
+            # review gets a turn of its own.
+            "__post_run_review": [{"submit": {"suggestions": []}}],
         },
         exhausted=None,
     )

@@ -244,7 +244,7 @@ class Bench:
         write_scripted_settings(self.home, {}, exhausted="echo")
         runs = Runs(self.client, queue)
         ids = [await runs.start(dag(), entrypoint="warm up") for _ in range(3)]
-        await asyncio.gather(*(self.client.get_workflow_handle(i).result() for i in ids))
+        await wait_all(self.client, ids, timeout=120)
 
     async def bare_start(self, fn: Any, arg: Any, queue: str) -> Any:
         handle = await self.client.start_workflow(
@@ -267,7 +267,7 @@ def _node(node_id: str) -> dict[str, Any]:
             "task_prompt": "bench",
             "model": "bench-model",
             "output_schema": {"type": "object", "properties": {"summary": {"type": "string"}}},
-            "handoff": {"format": "markdown"},
+            "handoff": {"format": "json"},
             "tools": {"approvalMode": "yolo"},
         },
     }
@@ -310,8 +310,15 @@ async def start_all(starts: Iterable[Awaitable[str]], width: int = 64) -> list[s
     return list(await asyncio.gather(*(one(s) for s in starts)))
 
 
-async def wait_all(client: Client, ids: list[str]) -> list[Any]:
-    return list(await asyncio.gather(*(client.get_workflow_handle(i).result() for i in ids)))
+async def wait_all(client: Client, ids: list[str], timeout: float = 600) -> list[Any]:
+    """Every run's result; a run that did not complete stops the benchmark, saying why."""
+    results = await asyncio.wait_for(
+        asyncio.gather(*(client.get_workflow_handle(i).result() for i in ids)), timeout
+    )
+    for run_id, result in zip(ids, results, strict=True):
+        if isinstance(result, dict) and result.get("status") != "completed":
+            raise RuntimeError(f"run {run_id} ended {result.get('status')}: {result.get('error')}")
+    return list(results)
 
 
 async def start_ours(client: Client, queue: str, wf: Workflow, n: int) -> list[str]:

@@ -256,7 +256,7 @@ class Bench:
 # --- OpenFlow's side ---------------------------------------------------------------------
 
 
-def _node(node_id: str) -> dict[str, Any]:
+def _node(node_id: str, **agent: Any) -> dict[str, Any]:
     return {
         "id": node_id,
         "label": node_id,
@@ -269,6 +269,7 @@ def _node(node_id: str) -> dict[str, Any]:
             "output_schema": {"type": "object", "properties": {"summary": {"type": "string"}}},
             "handoff": {"format": "json"},
             "tools": {"approvalMode": "yolo"},
+            **agent,
         },
     }
 
@@ -288,9 +289,9 @@ def dag() -> Workflow:
     )
 
 
-def single(node_id: str = "busy") -> Workflow:
+def single(node_id: str = "busy", **agent: Any) -> Workflow:
     return Workflow.model_validate(
-        {"id": "scale-one", "name": "scale one", "nodes": [_node(node_id)], "edges": []}
+        {"id": "scale-one", "name": "scale one", "nodes": [_node(node_id, **agent)], "edges": []}
     )
 
 
@@ -342,6 +343,9 @@ async def start_bare(client: Client, queue: str, fn: Any, arg: Any, n: int) -> l
 
 @dataclass
 class HistoryFacts:
+    #: When each call that took a while (a model turn; bare: the sleeping activity) started
+    #: and ended, seconds since the epoch.
+    calls: list[tuple[float, float]]
     size: int
     activities: int
     wft_timeouts: int
@@ -372,13 +376,38 @@ async def history_facts(client: Client, run_id: str, ours: bool) -> HistoryFacts
     timeouts = sum(
         1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
     )
+    slow = {c.ACTIVITY_MODEL_TURN, "scale_sleep"}
+    kinds = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name for e in scheduled
+    }
+    began: dict[int, float] = {}
+    calls = []
+    for e in events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            sched = e.activity_task_started_event_attributes.scheduled_event_id
+            began[sched] = e.event_time.ToDatetime().timestamp()
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            sched = e.activity_task_completed_event_attributes.scheduled_event_id
+            if kinds.get(sched) in slow and sched in began:
+                calls.append((began[sched], e.event_time.ToDatetime().timestamp()))
     return HistoryFacts(
+        calls=calls,
         size=size,
         activities=len(scheduled),
         wft_timeouts=timeouts,
         start_to_first_ms=to_first,
         start_to_end_ms=(ended - started).total_seconds() * 1000,
     )
+
+
+def peak(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one moment."""
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
 
 
 async def all_facts(client: Client, ids: list[str], ours: bool) -> list[HistoryFacts]:
@@ -479,6 +508,8 @@ async def in_flight(bench: Bench, side: str, n: int, delay_s: float, out: Figure
     (elapsed, ids), _, _, _ = await bench.measured(side, None if ours else n, work)
     facts = await all_facts(bench.client, ids, ours)
     out.values[f"{n} runs x one {delay_s:g} s turn: wall s"] = elapsed
+    slow = [call for f in facts for call in f.calls if call[1] - call[0] >= delay_s * 0.9]
+    out.values["peak slow calls in flight"] = peak(slow)
     out.values["workflow task timeouts (in flight)"] = sum(f.wft_timeouts for f in facts)
 
 
@@ -499,13 +530,13 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
         await asyncio.sleep(1.0)  # let the warm-up's garbage go before the baseline
         rss0 = proc_rss(proc.pid)
         if ours:
-            ids = await start_ours(bench.client, queue, single(), n)
+            ids = await start_ours(bench.client, queue, single(requestUserInput=True), n)
         else:
             ids = await start_bare(bench.client, queue, BarePaused.run, None, n)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 120
         while await count_paused(queue) < n:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{side}: not all {n} runs paused within 300 s")
+                raise RuntimeError(f"{side}: not all {n} runs paused within 120 s")
             await asyncio.sleep(0.25)
         await asyncio.sleep(1.0)
         per_run = (proc_rss(proc.pid) - rss0) / n
@@ -528,6 +559,12 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
     out.values["memory KB/paused run"] = per_run / 1024
     out.values["answers/s"] = rate
 
+
+def _progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+PHASES = ("throughput", "latency", "flight", "paused")
 
 # --- the report --------------------------------------------------------------------------
 
@@ -586,6 +623,7 @@ async def main_async(args: argparse.Namespace) -> None:
     n_paused = args.paused or (100 if quick else 500)
     delay_s = 5.0
     rounds = args.rounds or (1 if quick else 3)
+    phases = set(args.only.split(",")) if args.only else set(PHASES)
     with tempfile.TemporaryDirectory(prefix="openflow-scale-") as tmp:
         home = Path(tmp) / "home"
         server = EmbeddedServer(
@@ -607,11 +645,23 @@ async def main_async(args: argparse.Namespace) -> None:
                 order = sides if round_no % 2 == 0 else list(reversed(sides))
                 figures = {s: Figures() for s in sides}
                 for side in order:
-                    print(f"round {round_no + 1}: {side}", file=sys.stderr, flush=True)
-                    await throughput(bench, side, n_batch, figures[side])
-                    await latency(bench, side, 5, figures[side])
-                    await in_flight(bench, side, n_flight, delay_s, figures[side])
-                    await paused(bench, side, n_paused, figures[side])
+                    _progress(f"round {round_no + 1}: {side}")
+                    if "throughput" in phases:
+                        began = time.perf_counter()
+                        await throughput(bench, side, n_batch, figures[side])
+                        _progress(f"  {side} throughput: {time.perf_counter() - began:.0f} s")
+                    if "latency" in phases:
+                        began = time.perf_counter()
+                        await latency(bench, side, 5, figures[side])
+                        _progress(f"  {side} latency: {time.perf_counter() - began:.0f} s")
+                    if "flight" in phases:
+                        began = time.perf_counter()
+                        await in_flight(bench, side, n_flight, delay_s, figures[side])
+                        _progress(f"  {side} flight: {time.perf_counter() - began:.0f} s")
+                    if "paused" in phases:
+                        began = time.perf_counter()
+                        await paused(bench, side, n_paused, figures[side])
+                        _progress(f"  {side} paused: {time.perf_counter() - began:.0f} s")
                 for side in sides:
                     results[side].append(figures[side])
             print(
@@ -631,6 +681,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paused", type=int, default=0, help="runs waiting for a person")
     parser.add_argument(
         "--before", type=Path, help="also measure the worker of the code checked out here"
+    )
+    parser.add_argument(
+        "--only", help=f"comma-separated measurements to take, of {','.join(PHASES)}"
     )
     parser.add_argument("--serve-bare", nargs=3, metavar=("ADDRESS", "QUEUE", "CAP"))
     args = parser.parse_args(argv)

@@ -201,7 +201,8 @@ class Bench:
     address: str
     home: Path
     before: Path | None
-    sides: list[str] = field(default_factory=list)
+    #: Variables for OpenFlow's workers (`--env`), e.g. OPENFLOW_STICKY_TIMEOUT=1.
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def worker(self, side: str, queue: str, cap: int | None = None) -> WorkerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENFLOW_", "TEMPORAL_"))}
@@ -218,6 +219,7 @@ class Bench:
         code = ROOT if side == "ours" else self.before
         assert code is not None
         env["PYTHONPATH"] = str(code)
+        env.update(self.extra_env)
         argv = [sys.executable, "-m", "openflow.cli", "worker"]
         return WorkerProcess(argv, env, code, "Worker on")
 
@@ -638,6 +640,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 address=server.address,
                 home=home,
                 before=args.before,
+                extra_env=dict(item.split("=", 1) for item in args.env),
             )
             sides = ["bare", "ours"] + (["before"] if args.before else [])
             results: dict[str, list[Figures]] = {s: [] for s in sides}
@@ -684,6 +687,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only", help=f"comma-separated measurements to take, of {','.join(PHASES)}"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a variable for OpenFlow's workers, e.g. OPENFLOW_STICKY_TIMEOUT=1 (repeatable)",
     )
     parser.add_argument("--serve-bare", nargs=3, metavar=("ADDRESS", "QUEUE", "CAP"))
     args = parser.parse_args(argv)

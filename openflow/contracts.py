@@ -40,12 +40,21 @@ ACTIVITY_RECEIPT = "read_receipt"
 WORKFLOW_NOTICE = "OpenFlowNotice"
 ACTIVITY_WEBHOOK = "deliver_webhook"
 ACTIVITY_LIST_WEBHOOKS = "list_webhooks"
+#: Tool batches of a run on task queue Q are scheduled on Q + this suffix, the worker's tool
+#: pool, so model calls (I/O-bound, hundreds at once) and tool work (bounded) never share slots.
+TOOL_QUEUE_SUFFIX = "-tools"
 #: How long a workflow task may take before another worker gets it, set when a run starts,
 #: resumes or continues as new. Temporal's default, 10 s, is what a worker killed mid-task
 #: used to cost. It must hold a full replay of an execution's history on a loaded worker
 #: (about 2 s at 2,000 events on 2 busy cores, where executions continue as new); see README
 #: "Recovery".
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
+
+
+def tool_task_queue(task_queue: str) -> str:
+    """The task queue of the tool pool that serves runs on `task_queue`."""
+    return task_queue + TOOL_QUEUE_SUFFIX
+
 
 #: The error type of an activity whose worker cannot see the run's folder (retry elsewhere).
 RUN_FOLDER_MISSING = "RunFolderMissing"
@@ -449,6 +458,8 @@ __all__ = [
     "batch_key",
     "receipt_key",
     "ACTIVITY_RECEIPT",
+    "TOOL_QUEUE_SUFFIX",
+    "tool_task_queue",
     "WORKFLOW_TASK_TIMEOUT",
     "ReceiptInput",
     "ReceiptResult",

@@ -432,6 +432,14 @@ def check_webhooks(home: Path) -> None:
 
 
 MAX_TOOL_BUDGET = 1024
+#: Worker sizing (README, "Sizing a worker"): model calls in flight, tool batches at once,
+#: runs kept in the workflow cache, and the sticky queue's schedule-to-start timeout.
+DEFAULT_MODEL_POOL = 500
+DEFAULT_TOOL_POOL = 16
+DEFAULT_WORKFLOW_CACHE = 2000
+DEFAULT_STICKY_TIMEOUT_S = 3.0
+MAX_POOL = 100_000
+MAX_STICKY_TIMEOUT_S = 600.0
 MAX_TASK_QUEUE_CHARS = 1000
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -477,6 +485,10 @@ class RuntimeSettings(BaseSettings):
     tool_sandbox_hide: str | None = None
     tool_budget: int = 16
     workflow_sandbox: bool = False
+    model_pool: int = DEFAULT_MODEL_POOL
+    tool_pool: int = DEFAULT_TOOL_POOL
+    workflow_cache: int = DEFAULT_WORKFLOW_CACHE
+    sticky_timeout: float = DEFAULT_STICKY_TIMEOUT_S
 
     @field_validator("home", mode="before")
     @classmethod
@@ -554,6 +566,16 @@ class RuntimeSettings(BaseSettings):
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if value is None or not str(value).strip() else str(value).strip()
 
+    @field_validator("model_pool", "tool_pool", "workflow_cache", mode="before")
+    @classmethod
+    def _pool(cls, value: Any) -> Any:
+        return parse_pool(str(value))
+
+    @field_validator("sticky_timeout", mode="before")
+    @classmethod
+    def _sticky_timeout(cls, value: Any) -> Any:
+        return parse_seconds(str(value))
+
 
 def parse_tool_budget(text: str) -> int:
     """OPENFLOW_TOOL_BUDGET: a whole number of tool calls from 1 to 1024."""
@@ -561,6 +583,28 @@ def parse_tool_budget(text: str) -> int:
     if not value.isdigit() or not 1 <= int(value) <= MAX_TOOL_BUDGET:
         raise ValueError(f"is not a whole number from 1 to {MAX_TOOL_BUDGET} — give one, e.g. 16")
     return int(value)
+
+
+def parse_pool(text: str) -> int:
+    """A worker pool or cache size: a whole number from 1 to 100,000."""
+    value = text.strip()
+    if not value.isdigit() or not 1 <= int(value) <= MAX_POOL:
+        raise ValueError(f"is not a whole number from 1 to {MAX_POOL} — give one, e.g. 16")
+    return int(value)
+
+
+def parse_seconds(text: str) -> float:
+    """A timeout in seconds: a number above 0 and at most 600."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= MAX_STICKY_TIMEOUT_S:  # also refuses nan
+        raise ValueError(
+            f"is not a number of seconds above 0 and at most {MAX_STICKY_TIMEOUT_S:g} — "
+            "give one, e.g. 3"
+        )
+    return value
 
 
 def parse_switch(text: str) -> bool:
@@ -615,6 +659,8 @@ __all__ = [
     "RuntimeSettings",
     "SettingsError",
     "Webhook",
+    "parse_pool",
+    "parse_seconds",
     "parse_switch",
     "parse_tool_budget",
     "runtime_settings",

@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from openflow import contracts as c
 from openflow.activities.model_providers import ModelProviders, ProviderFactory
 from openflow.activities.model_turn import ModelTurnActivity
 from openflow.activities.prepare_run import PrepareRunActivity
@@ -33,6 +34,7 @@ from openflow.activities.write_handoff import WriteHandoffActivity
 from openflow.backends import open_backends
 from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
+from openflow.pools import PooledWorker, WorkerPools
 from openflow.settings import check_webhooks, load_settings, runtime_settings
 from openflow.workflows.notices import OpenFlowNotice
 from openflow.workflows.run import EngineFault, OpenFlowRun
@@ -203,31 +205,59 @@ def build_worker(
     task_queue: str,
     home: Path,
     activities: Activities | None = None,
-    max_concurrent_activities: int = 64,
     sandboxed: bool | None = None,
     api_url: str | None = None,
-) -> Worker:
+    pools: WorkerPools | None = None,
+) -> PooledWorker:
     """A worker for OpenFlowRun; tuned so a dead worker's runs move on within seconds.
 
-    `api_url` is where webhook notices link run pages (default: OPENFLOW_API_URL).
+    It polls `task_queue` (runs, model turns: the model pool) and its tool queue (tool
+    batches: the tool pool), sized by `pools`, else by the OPENFLOW_* variables. `api_url` is
+    where webhook notices link run pages (default: OPENFLOW_API_URL).
     """
     check_webhooks(home)  # a bad webhooks entry stops the worker here, in one line
+    pools = pools or WorkerPools.from_environment()
     acts = activities or make_activities(home)
     announce_confinement()
     _freeze_loaded()
     _warm_up_mcp(home)
-    return Worker(
+    registered = acts.all()
+    main = Worker(
         client,
         task_queue=task_queue,
         workflows=[OpenFlowRun, OpenFlowNotice],
-        activities=[*acts.all(), *WebhookActivities(home, api_url).all()],
+        # Tool batches of runs recorded before the tool pool still come here.
+        activities=[*registered, *WebhookActivities(home, api_url).all()],
         workflow_runner=workflow_runner(sandboxed),
         workflow_failure_exception_types=FAILURE_TYPES,
-        max_concurrent_activities=max_concurrent_activities,
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        max_concurrent_activities=pools.model,
+        max_cached_workflows=pools.workflow_cache,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=pools.sticky_timeout_s),
         build_id=build_id(),
         graceful_shutdown_timeout=timedelta(seconds=2),
     )
+    tools = Worker(
+        client,
+        task_queue=c.tool_task_queue(task_queue),
+        activities=[fn for fn in registered if _activity_name(fn) == c.ACTIVITY_TOOL_BATCH],
+        max_concurrent_activities=pools.tool,
+        build_id=build_id(),
+        graceful_shutdown_timeout=timedelta(seconds=2),
+    )
+    return PooledWorker(main, tools, on_last_stop=_close_providers)
+
+
+def _activity_name(fn: Any) -> str | None:
+    definition = getattr(fn, "__temporal_activity_definition", None)
+    return getattr(definition, "name", None)
+
+
+async def _close_providers() -> None:
+    """Close the shared provider clients (and their pooled connections), if any were built."""
+    registry = sys.modules.get("openflow.activities.providers.registry")
+    default = getattr(registry, "_default", None)
+    if default is not None:
+        await default.aclose()
 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:

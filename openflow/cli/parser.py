@@ -97,6 +97,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="serve Prometheus metrics at http://0.0.0.0:N/metrics",
     )
+    for flag, variable, what in (
+        ("--model-pool", "OPENFLOW_MODEL_POOL", "model calls in flight at once (default 500)"),
+        ("--tool-pool", "OPENFLOW_TOOL_POOL", "tool batches running at once (default 16)"),
+        (
+            "--workflow-cache",
+            "OPENFLOW_WORKFLOW_CACHE",
+            "runs kept in memory between steps (default 2000)",
+        ),
+    ):
+        worker.add_argument(flag, metavar="N", help=f"{what}; also ${variable}")
+    worker.add_argument(
+        "--sticky-timeout",
+        metavar="SECONDS",
+        help="how long a run's next step waits for this worker before another may take it "
+        "(default 3); also $OPENFLOW_STICKY_TIMEOUT",
+    )
     worker.set_defaults(handler=cmd_worker)
 
     api = commands.add_parser(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,7 @@ from openflow.cli.common import (
 )
 from openflow.connect import ConnectError, load_target
 from openflow.paths import openflow_home
+from openflow.pools import WorkerPools
 from openflow.server import (
     EmbeddedServer,
     ServerError,
@@ -65,11 +67,42 @@ def cmd_worker(args: argparse.Namespace) -> int:
     metrics_port = getattr(args, "metrics_port", None)
     if metrics_port is not None:
         check_port_option(metrics_port, "--metrics-port")
-    return run_main(serve_worker(metrics_port=metrics_port))
+    pools = worker_pools(args)
+    return run_main(serve_worker(metrics_port=metrics_port, pools=pools))
 
 
-async def serve_worker(home: Path | None = None, metrics_port: int | None = None) -> int:
+def worker_pools(args: argparse.Namespace) -> WorkerPools:
+    """The worker's sizes: its flags, else the OPENFLOW_* variables (checked, one line each)."""
+    from openflow.settings import parse_pool, parse_seconds
+
+    try:
+        pools = WorkerPools.from_environment()
+    except SettingsError as exc:
+        raise BadInput(str(exc)) from None
+    changes: dict[str, Any] = {}
+    for flag, field, parse in (
+        ("--model-pool", "model", parse_pool),
+        ("--tool-pool", "tool", parse_pool),
+        ("--workflow-cache", "workflow_cache", parse_pool),
+        ("--sticky-timeout", "sticky_timeout_s", parse_seconds),
+    ):
+        text = getattr(args, flag[2:].replace("-", "_"), None)
+        if text is None:
+            continue
+        try:
+            changes[field] = parse(str(text))
+        except ValueError as exc:
+            raise BadInput(f"{flag} {text!r}: {exc}") from None
+    return dataclasses.replace(pools, **changes)
+
+
+async def serve_worker(
+    home: Path | None = None,
+    metrics_port: int | None = None,
+    pools: WorkerPools | None = None,
+) -> int:
     """Run a worker against $OPENFLOW_TEMPORAL_ADDRESS until a signal; what `worker.py` runs."""
+    from openflow.contracts import tool_task_queue
     from openflow.worker import build_worker
 
     harden_worker_process()
@@ -78,11 +111,13 @@ async def serve_worker(home: Path | None = None, metrics_port: int | None = None
     client = await connect_client(runtime=metrics_runtime(metrics_port))
     await _ensure_search_attributes(client)
     queue = task_queue()
-    worker = build_worker(client, queue, home)
+    worker = build_worker(client, queue, home, pools=pools)
     running = asyncio.create_task(worker.run(), name="worker")
+    sizes = pools or WorkerPools.from_environment()
     print(
         f"Worker on {load_target().describe()}, "
-        f"task queue {queue!r}, home {home}. Press Ctrl-C to stop.",
+        f"task queue {queue!r} (model pool {sizes.model}, tool pool {sizes.tool} "
+        f"on {tool_task_queue(queue)!r}), home {home}. Press Ctrl-C to stop.",
         flush=True,
     )
     failed = await until_stopped([running])

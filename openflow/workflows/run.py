@@ -104,6 +104,9 @@ def _folder_missing(exc: ActivityError) -> bool:
 POST_RUN_REVIEW = "post-run-review"
 INPUT_LIMITS = "input-limits"
 TOOL_RECEIPTS = "tool-receipts"
+#: Tool batches go to the worker's tool pool (`contracts.tool_task_queue`); runs recorded
+#: before scheduled them on the run's own task queue.
+TOOL_POOL = "tool-pool"
 RECEIPT_TIMEOUT = timedelta(seconds=30)
 WEBHOOKS = "webhooks"
 FAILED_START_NOTICES = "failed-start-notices"
@@ -699,6 +702,9 @@ class OpenFlowRun:
                 return await workflow.execute_activity_method(
                     ToolBatchActivity.tool_batch,
                     arg,
+                    task_queue=c.tool_task_queue(workflow.info().task_queue)
+                    if workflow.patched(TOOL_POOL)
+                    else None,
                     start_to_close_timeout=TOOL_TIMEOUT,
                     heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     retry_policy=retry,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import logging
 import os
@@ -203,6 +204,22 @@ def build_messages(
     return messages
 
 
+#: Streams read at once per worker: one thread each, so hundreds of calls can be in flight (the
+#: worker's model pool) without taking the event loop's default executor, which store reads and
+#: writes share; boto3 keeps as many connections to reuse.
+STREAMS = 512
+_stream_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _streams() -> concurrent.futures.ThreadPoolExecutor:
+    global _stream_pool
+    if _stream_pool is None:
+        _stream_pool = concurrent.futures.ThreadPoolExecutor(
+            STREAMS, thread_name_prefix="openflow-bedrock"
+        )
+    return _stream_pool
+
+
 class BedrockConverseProvider:
     """A provider speaking Bedrock's ConverseStream through boto3."""
 
@@ -279,6 +296,7 @@ class BedrockConverseProvider:
             if self._client is None:
                 config = Config(
                     retries={"total_max_attempts": 1, "mode": "standard"},
+                    max_pool_connections=STREAMS,
                     read_timeout=self.profile.request_timeout_secs,
                     connect_timeout=10,
                     user_agent_extra="openflow",
@@ -374,7 +392,7 @@ class BedrockConverseProvider:
             except BaseException as exc:  # noqa: BLE001 - handed to the event loop to classify
                 post("error", exc)
 
-        worker = loop.run_in_executor(None, pump)
+        worker = loop.run_in_executor(_streams(), pump)
         buffer = ToolCallBuffer()
         text_parts: list[str] = []
         thinking: dict[int, dict[str, str]] = {}

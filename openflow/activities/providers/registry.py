@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from openflow.activities.providers.base import Provider, ProviderRegistry
-from openflow.settings import AppSettings, ProviderProfile
+from openflow.settings import MAX_POOL, AppSettings, ProviderProfile
 
 _default: ProviderRegistry | None = None
 
 
 def default_registry() -> ProviderRegistry:
-    """The process-wide registry (environment keys, provider budget of 8)."""
+    """The process-wide registry (environment keys). A worker's model pool bounds the calls
+    in flight (OPENFLOW_MODEL_POOL), so the registry adds no smaller budget of its own; each
+    profile's SDK client is built once and keeps its connections open across calls."""
     global _default
     if _default is None:
-        _default = ProviderRegistry()
+        _default = ProviderRegistry(max_concurrent_calls=MAX_POOL)
     return _default
 
 

@@ -1,0 +1,712 @@
+"""OpenFlowRun under load on one worker, side by side with bare Temporal on the same server.
+
+    python -m bench.scale [--quick] [--rounds N] [--before DIR]
+
+Every figure is measured in one run on one embedded tuned server, in interleaved rounds (bare,
+ours, and with `--before DIR` the code checked out in DIR, e.g. the main branch, so a change
+shows its before and after). Each side runs in a worker process of its own, started fresh for
+each measurement, so its CPU (utime + stime from /proc/<pid>/stat) and memory (VmRSS) are its
+alone; the server's CPU is read the same way. Bare Temporal's workers run with the SDK's
+defaults and no sandbox (as OpenFlowRun's do):
+
+- throughput: N runs started at once of a root and two parallel children (8 activities a
+  run) against N bare workflows running the same activities as no-ops in the same shape;
+  runs/s, activities/s, worker and server CPU per run, workflow task timeouts, history bytes;
+- latency: runs one at a time; start to the first model turn (bare: to its second activity)
+  and start to completion;
+- calls in flight: N runs with one model turn that takes D seconds (the scripted provider's
+  `delay_ms`) against N bare workflows with one activity sleeping D seconds, cap lifted;
+- paused runs: the worker's RSS growth holding N runs waiting for a person (bare: waiting on a
+  signal), and the rate at which answering them all by signal completes them.
+
+The machine may be shared: compare the ratios, which interleaving keeps fair, not the
+absolute figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributeKey
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+with workflow.unsafe.imports_passed_through():
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from bench.floor import noop
+    from openflow import contracts as c
+    from openflow.client import Runs
+    from openflow.engine.spec import Workflow
+    from openflow.server import EmbeddedServer, free_port
+    from openflow.testing import write_scripted_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAUSED = SearchAttributeKey.for_keyword(c.SA_STATUS)
+
+
+# --- the bare side -----------------------------------------------------------------------
+
+
+@activity.defn(name="scale_sleep")
+async def sleep_activity(seconds: float) -> None:
+    """Wait like a model call waits on the network."""
+    await asyncio.sleep(seconds)
+
+
+@workflow.defn(name="ScaleBareDag")
+class BareDag:
+    """No-op activities in layers: one after another, a layer's activities in parallel."""
+
+    @workflow.run
+    async def run(self, layers: list[int]) -> int:
+        for width in layers:
+            await asyncio.gather(
+                *(
+                    workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=60))
+                    for _ in range(width)
+                )
+            )
+        return sum(layers)
+
+
+@workflow.defn(name="ScaleBareSleep")
+class BareSleep:
+    """One activity that sleeps."""
+
+    @workflow.run
+    async def run(self, seconds: float) -> None:
+        await workflow.execute_activity(
+            sleep_activity, seconds, start_to_close_timeout=timedelta(seconds=600)
+        )
+
+
+@workflow.defn(name="ScaleBarePaused")
+class BarePaused:
+    """Two no-op activities (a run's start and first turn), then a wait for an answer."""
+
+    def __init__(self) -> None:
+        self._answer: str | None = None
+
+    @workflow.run
+    async def run(self) -> str:
+        for _ in range(2):
+            await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=60))
+        workflow.upsert_search_attributes([PAUSED.value_set("paused")])
+        await workflow.wait_condition(lambda: self._answer is not None)
+        await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=60))
+        return self._answer or ""
+
+    @workflow.signal(name="answer")
+    def answer(self, text: str) -> None:
+        self._answer = text
+
+
+async def serve_bare(address: str, queue: str, cap: int | None) -> None:
+    """The bare worker process: `python -m bench.scale --serve-bare ADDRESS QUEUE CAP`."""
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[BareDag, BareSleep, BarePaused],
+        activities=[noop, sleep_activity],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+        max_concurrent_activities=cap,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        print("bare worker ready", flush=True)
+        await stop.wait()
+
+
+# --- worker processes --------------------------------------------------------------------
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_rss(pid: int) -> int:
+    """A process's resident memory in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class WorkerProcess:
+    """One side's worker in a process of its own, started and stopped around a measurement."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, ready: str) -> None:
+        self.argv, self.env, self.cwd, self.ready = argv, env, cwd, ready
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = Path(tempfile.mkstemp(prefix="openflow-scale-worker-", suffix=".log")[1])
+
+    async def __aenter__(self) -> WorkerProcess:
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + 120
+        while self.ready not in self.log.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"worker {self.argv} did not start:\n{self.log.read_text(errors='replace')}"
+                )
+            await asyncio.sleep(0.05)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(self.proc.wait, 20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.unlink(missing_ok=True)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
+@dataclass
+class Bench:
+    client: Client
+    server_pid: int
+    address: str
+    home: Path
+    before: Path | None
+    #: Variables for OpenFlow's workers (`--env`), e.g. OPENFLOW_STICKY_TIMEOUT=1.
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def worker(self, side: str, queue: str, cap: int | None = None) -> WorkerProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENFLOW_", "TEMPORAL_"))}
+        env.update(
+            OPENFLOW_HOME=str(self.home),
+            OPENFLOW_TEMPORAL_ADDRESS=self.address,
+            OPENFLOW_TASK_QUEUE=queue,
+            PYTHONUNBUFFERED="1",
+        )
+        if side == "bare":
+            env["PYTHONPATH"] = str(ROOT)
+            argv = [sys.executable, "-m", "bench.scale", "--serve-bare", self.address, queue]
+            return WorkerProcess([*argv, str(cap or 0)], env, ROOT, "bare worker ready")
+        code = ROOT if side == "ours" else self.before
+        assert code is not None
+        env["PYTHONPATH"] = str(code)
+        env.update(self.extra_env)
+        argv = [sys.executable, "-m", "openflow.cli", "worker"]
+        return WorkerProcess(argv, env, code, "Worker on")
+
+    async def measured(
+        self, side: str, cap: int | None, work: Callable[[str, WorkerProcess], Awaitable[Any]]
+    ) -> tuple[Any, float, float, WorkerProcess]:
+        """Run `work(queue)` against a fresh worker of `side`; the result and the worker's and
+        the server's CPU seconds it took."""
+        queue = f"scale-{side}-{uuid.uuid4().hex[:8]}"
+        async with self.worker(side, queue, cap) as proc:
+            await self.warm_up(side, queue)
+            worker0, server0 = proc_cpu_s(proc.pid), proc_cpu_s(self.server_pid)
+            result = await work(queue, proc)
+            worker_s = proc_cpu_s(proc.pid) - worker0
+            server_s = proc_cpu_s(self.server_pid) - server0
+        return result, worker_s, server_s, proc
+
+    async def warm_up(self, side: str, queue: str) -> None:
+        if side == "bare":
+            await asyncio.gather(
+                *(self.bare_start(BareDag.run, DAG_LAYERS, queue) for _ in range(3))
+            )
+            return
+        write_scripted_settings(self.home, {}, exhausted="echo")
+        runs = Runs(self.client, queue)
+        ids = [await runs.start(dag(), entrypoint="warm up") for _ in range(3)]
+        await wait_all(self.client, ids, timeout=120)
+
+    async def bare_start(self, fn: Any, arg: Any, queue: str) -> Any:
+        handle = await self.client.start_workflow(
+            fn, arg, id=f"bare-{uuid.uuid4()}", task_queue=queue
+        )
+        return await handle.result()
+
+
+# --- OpenFlow's side ---------------------------------------------------------------------
+
+
+def _node(node_id: str, **agent: Any) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "label": node_id,
+        "kind": "agent",
+        "position": {"x": 0, "y": 0},
+        "agent": {
+            "system_prompt": "bench",
+            "task_prompt": "bench",
+            "model": "bench-model",
+            "output_schema": {"type": "object", "properties": {"summary": {"type": "string"}}},
+            "handoff": {"format": "json"},
+            "tools": {"approvalMode": "yolo"},
+            **agent,
+        },
+    }
+
+
+def dag() -> Workflow:
+    """A root and two parallel children: prepare, 3 model turns, 3 handoffs, the review."""
+    return Workflow.model_validate(
+        {
+            "id": "scale-dag",
+            "name": "scale dag",
+            "nodes": [_node("root"), _node("left"), _node("right")],
+            "edges": [
+                {"id": "e1", "from": "root", "to": "left"},
+                {"id": "e2", "from": "root", "to": "right"},
+            ],
+        }
+    )
+
+
+def single(node_id: str = "busy", **agent: Any) -> Workflow:
+    return Workflow.model_validate(
+        {"id": "scale-one", "name": "scale one", "nodes": [_node(node_id, **agent)], "edges": []}
+    )
+
+
+#: The bare workflow's shape for the same 8 activities: prepare, root's turn and handoff,
+#: the children's turns and handoffs in parallel, the review.
+DAG_LAYERS = [1, 1, 1, 2, 2, 1]
+DAG_ACTIVITIES = sum(DAG_LAYERS)
+
+
+async def start_all(starts: Iterable[Awaitable[str]], width: int = 64) -> list[str]:
+    gate = asyncio.Semaphore(width)
+
+    async def one(start: Awaitable[str]) -> str:
+        async with gate:
+            return await start
+
+    return list(await asyncio.gather(*(one(s) for s in starts)))
+
+
+async def wait_all(client: Client, ids: list[str], timeout: float = 600) -> list[Any]:
+    """Every run's result; a run that did not complete stops the benchmark, saying why."""
+    results = await asyncio.wait_for(
+        asyncio.gather(*(client.get_workflow_handle(i).result() for i in ids)), timeout
+    )
+    for run_id, result in zip(ids, results, strict=True):
+        if isinstance(result, dict) and result.get("status") != "completed":
+            raise RuntimeError(f"run {run_id} ended {result.get('status')}: {result.get('error')}")
+    return list(results)
+
+
+async def start_ours(client: Client, queue: str, wf: Workflow, n: int) -> list[str]:
+    runs = Runs(client, queue)
+    return await start_all(runs.start(wf, entrypoint="bench") for _ in range(n))
+
+
+async def start_bare(client: Client, queue: str, fn: Any, arg: Any, n: int) -> list[str]:
+    async def one() -> str:
+        args = () if arg is None else (arg,)
+        handle: WorkflowHandle[Any, Any] = await client.start_workflow(
+            fn, *args, id=f"bare-{uuid.uuid4()}", task_queue=queue
+        )
+        return handle.id
+
+    return await start_all(one() for _ in range(n))
+
+
+# --- histories ---------------------------------------------------------------------------
+
+
+@dataclass
+class HistoryFacts:
+    #: When each call that took a while (a model turn; bare: the sleeping activity) started
+    #: and ended, seconds since the epoch.
+    calls: list[tuple[float, float]]
+    size: int
+    activities: int
+    wft_timeouts: int
+    start_to_first_ms: float  # ours: to the first model turn; bare: to the second activity
+    start_to_end_ms: float
+
+
+async def history_facts(client: Client, run_id: str, ours: bool) -> HistoryFacts:
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    events = history.events
+    size = sum(len(e.SerializeToString()) for e in events)
+    started = events[0].event_time.ToDatetime()
+    ended = events[-1].event_time.ToDatetime()
+    scheduled = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    if ours:
+        first = next(
+            (
+                e
+                for e in scheduled
+                if e.activity_task_scheduled_event_attributes.activity_type.name
+                == c.ACTIVITY_MODEL_TURN
+            ),
+            None,
+        )
+    else:
+        first = scheduled[1] if len(scheduled) > 1 else None
+    to_first = (first.event_time.ToDatetime() - started).total_seconds() * 1000 if first else 0
+    timeouts = sum(
+        1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+    )
+    slow = {c.ACTIVITY_MODEL_TURN, "scale_sleep"}
+    kinds = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name for e in scheduled
+    }
+    began: dict[int, float] = {}
+    calls = []
+    for e in events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            sched = e.activity_task_started_event_attributes.scheduled_event_id
+            began[sched] = e.event_time.ToDatetime().timestamp()
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            sched = e.activity_task_completed_event_attributes.scheduled_event_id
+            if kinds.get(sched) in slow and sched in began:
+                calls.append((began[sched], e.event_time.ToDatetime().timestamp()))
+    return HistoryFacts(
+        calls=calls,
+        size=size,
+        activities=len(scheduled),
+        wft_timeouts=timeouts,
+        start_to_first_ms=to_first,
+        start_to_end_ms=(ended - started).total_seconds() * 1000,
+    )
+
+
+def peak(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one moment."""
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+async def all_facts(client: Client, ids: list[str], ours: bool) -> list[HistoryFacts]:
+    gate = asyncio.Semaphore(16)
+
+    async def one(run_id: str) -> HistoryFacts:
+        async with gate:
+            return await history_facts(client, run_id, ours)
+
+    return list(await asyncio.gather(*(one(i) for i in ids)))
+
+
+# --- the measurements --------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    """One side's figures from one round."""
+
+    values: dict[str, float] = field(default_factory=dict)
+
+
+async def throughput(bench: Bench, side: str, n: int, out: Figures) -> None:
+    ours = side != "bare"
+
+    async def work(queue: str, proc: WorkerProcess) -> tuple[float, list[str]]:
+        if ours:
+            write_scripted_settings(bench.home, {}, exhausted="echo")
+        began = time.perf_counter()
+        if ours:
+            ids = await start_ours(bench.client, queue, dag(), n)
+        else:
+            ids = await start_bare(bench.client, queue, BareDag.run, DAG_LAYERS, n)
+        await wait_all(bench.client, ids)
+        return time.perf_counter() - began, ids
+
+    (elapsed, ids), worker_s, server_s, _ = await bench.measured(side, None, work)
+    facts = await all_facts(bench.client, ids, ours)
+    acts = sum(f.activities for f in facts)
+    out.values.update(
+        {
+            "runs/s": n / elapsed,
+            "activities/s": acts / elapsed,
+            "activities a run": acts / n,
+            "worker CPU ms/run": worker_s * 1000 / n,
+            "server CPU ms/run": server_s * 1000 / n,
+            "history bytes/run": sum(f.size for f in facts) / n,
+            "workflow task timeouts (batch)": sum(f.wft_timeouts for f in facts),
+            "runs with a task timeout (batch)": sum(1 for f in facts if f.wft_timeouts),
+            "start to end ms (batch median)": statistics.median(f.start_to_end_ms for f in facts),
+        }
+    )
+
+
+async def latency(bench: Bench, side: str, k: int, out: Figures) -> None:
+    ours = side != "bare"
+
+    async def work(queue: str, proc: WorkerProcess) -> list[str]:
+        ids = []
+        for _ in range(k):
+            if ours:
+                ids += await start_ours(bench.client, queue, dag(), 1)
+            else:
+                ids += await start_bare(bench.client, queue, BareDag.run, DAG_LAYERS, 1)
+            await wait_all(bench.client, ids[-1:])
+        return ids
+
+    if ours:
+        write_scripted_settings(bench.home, {}, exhausted="echo")
+    ids, _, _, _ = await bench.measured(side, None, work)
+    facts = await all_facts(bench.client, ids, ours)
+    out.values["start to first model turn ms"] = statistics.median(
+        f.start_to_first_ms for f in facts
+    )
+    out.values["start to end ms (one at a time)"] = statistics.median(
+        f.start_to_end_ms for f in facts
+    )
+
+
+async def in_flight(bench: Bench, side: str, n: int, delay_s: float, out: Figures) -> None:
+    ours = side != "bare"
+
+    async def work(queue: str, proc: WorkerProcess) -> tuple[float, list[str]]:
+        if ours:
+            write_scripted_settings(
+                bench.home,
+                {"busy": [{"submit": {"summary": "ok"}, "delay_ms": int(delay_s * 1000)}]},
+                exhausted="echo",
+            )
+        began = time.perf_counter()
+        if ours:
+            ids = await start_ours(bench.client, queue, single(), n)
+        else:
+            ids = await start_bare(bench.client, queue, BareSleep.run, delay_s, n)
+        await wait_all(bench.client, ids)
+        return time.perf_counter() - began, ids
+
+    (elapsed, ids), _, _, _ = await bench.measured(side, None if ours else n, work)
+    facts = await all_facts(bench.client, ids, ours)
+    out.values[f"{n} runs x one {delay_s:g} s turn: wall s"] = elapsed
+    slow = [call for f in facts for call in f.calls if call[1] - call[0] >= delay_s * 0.9]
+    out.values["peak slow calls in flight"] = peak(slow)
+    out.values["workflow task timeouts (in flight)"] = sum(f.wft_timeouts for f in facts)
+
+
+async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
+    ours = side != "bare"
+
+    async def count_paused(queue: str) -> int:
+        query = f'TaskQueue="{queue}" AND {c.SA_STATUS}="paused"'
+        return (await bench.client.count_workflows(query)).count
+
+    async def work(queue: str, proc: WorkerProcess) -> tuple[float, float]:
+        if ours:
+            write_scripted_settings(
+                bench.home,
+                {"busy": [{"ask": "Which one?"}, {"submit": {"summary": "ok"}}]},
+                exhausted="echo",
+            )
+        await asyncio.sleep(1.0)  # let the warm-up's garbage go before the baseline
+        rss0 = proc_rss(proc.pid)
+        if ours:
+            ids = await start_ours(bench.client, queue, single(requestUserInput=True), n)
+        else:
+            ids = await start_bare(bench.client, queue, BarePaused.run, None, n)
+        deadline = time.monotonic() + 120
+        while await count_paused(queue) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{side}: not all {n} runs paused within 120 s")
+            await asyncio.sleep(0.25)
+        await asyncio.sleep(1.0)
+        per_run = (proc_rss(proc.pid) - rss0) / n
+        gate = asyncio.Semaphore(64)
+
+        async def answer(run_id: str) -> None:
+            handle = bench.client.get_workflow_handle(run_id)
+            async with gate:
+                if ours:
+                    await handle.signal(c.SIGNAL_INPUT, {"node_id": "busy", "text": "that one"})
+                else:
+                    await handle.signal("answer", "that one")
+
+        began = time.perf_counter()
+        await asyncio.gather(*(answer(i) for i in ids))
+        await wait_all(bench.client, ids)
+        return per_run, n / (time.perf_counter() - began)
+
+    (per_run, rate), _, _, _ = await bench.measured(side, None, work)
+    out.values["memory KB/paused run"] = per_run / 1024
+    out.values["answers/s"] = rate
+
+
+def _progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+PHASES = ("throughput", "latency", "flight", "paused")
+
+# --- the report --------------------------------------------------------------------------
+
+#: Figure, whether higher is better, and the goal as a ratio to bare (None: no goal).
+GOALS: dict[str, tuple[bool, float | None]] = {
+    "runs/s": (True, None),
+    "activities/s": (True, 0.85),
+    "worker CPU ms/run": (False, 1.3),
+    "server CPU ms/run": (False, None),
+    "history bytes/run": (False, 2.0),
+    "start to first model turn ms": (False, 1.2),
+    "start to end ms (one at a time)": (False, None),
+    "memory KB/paused run": (False, None),
+    "answers/s": (True, None),
+}
+
+
+def report(rounds: dict[str, list[Figures]]) -> None:
+    sides = list(rounds)
+    names: list[str] = []
+    for figures in rounds.values():
+        for fig in figures:
+            names += [k for k in fig.values if k not in names]
+    header = f"{'':38s}" + "".join(f"{s:>12s}" for s in sides)
+    header += "".join(f"{s + '/bare':>13s}" for s in sides if s != "bare")
+    print(header + "   goal")
+    for name in names:
+        medians = {
+            s: statistics.median(f.values[name] for f in rounds[s] if name in f.values)
+            for s in sides
+            if any(name in f.values for f in rounds[s])
+        }
+        line = f"{name:38s}" + "".join(
+            f"{medians[s]:12.1f}" if s in medians else f"{'-':>12s}" for s in sides
+        )
+        bare = medians.get("bare")
+        for s in sides:
+            if s == "bare":
+                continue
+            ratios = [
+                ours.values[name] / theirs.values[name]
+                for ours, theirs in zip(rounds[s], rounds["bare"], strict=False)
+                if name in ours.values and theirs.values.get(name)
+            ]
+            line += f"{statistics.median(ratios):12.2f}x" if ratios and bare else f"{'':13s}"
+        goal = GOALS.get(name)
+        if goal is not None and goal[1] is not None:
+            line += f"   {'>=' if goal[0] else '<='} {goal[1]:g}x"
+        print(line)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    quick = args.quick
+    n_batch = args.runs or (40 if quick else 200)
+    n_flight = args.flight or (100 if quick else 200)
+    n_paused = args.paused or (100 if quick else 500)
+    delay_s = 5.0
+    rounds = args.rounds or (1 if quick else 3)
+    phases = set(args.only.split(",")) if args.only else set(PHASES)
+    with tempfile.TemporaryDirectory(prefix="openflow-scale-") as tmp:
+        home = Path(tmp) / "home"
+        server = EmbeddedServer(
+            Path(tmp) / "server", address=f"127.0.0.1:{free_port()}", ui=False, tuned=True
+        )
+        async with server:
+            client = await server.connect(data_converter=pydantic_data_converter)
+            assert server._process is not None
+            bench = Bench(
+                client=client,
+                server_pid=server._process.pid,
+                address=server.address,
+                home=home,
+                before=args.before,
+                extra_env=dict(item.split("=", 1) for item in args.env),
+            )
+            sides = ["bare", "ours"] + (["before"] if args.before else [])
+            results: dict[str, list[Figures]] = {s: [] for s in sides}
+            for round_no in range(rounds):
+                order = sides if round_no % 2 == 0 else list(reversed(sides))
+                figures = {s: Figures() for s in sides}
+                for side in order:
+                    _progress(f"round {round_no + 1}: {side}")
+                    if "throughput" in phases:
+                        began = time.perf_counter()
+                        await throughput(bench, side, n_batch, figures[side])
+                        _progress(f"  {side} throughput: {time.perf_counter() - began:.0f} s")
+                    if "latency" in phases:
+                        began = time.perf_counter()
+                        await latency(bench, side, 5, figures[side])
+                        _progress(f"  {side} latency: {time.perf_counter() - began:.0f} s")
+                    if "flight" in phases:
+                        began = time.perf_counter()
+                        await in_flight(bench, side, n_flight, delay_s, figures[side])
+                        _progress(f"  {side} flight: {time.perf_counter() - began:.0f} s")
+                    if "paused" in phases:
+                        began = time.perf_counter()
+                        await paused(bench, side, n_paused, figures[side])
+                        _progress(f"  {side} paused: {time.perf_counter() - began:.0f} s")
+                for side in sides:
+                    results[side].append(figures[side])
+            print(
+                f"scale on one worker: {n_batch}-run batch, {n_flight} runs in flight, "
+                f"{n_paused} paused; median of {rounds} interleaved round(s); "
+                f"{os.cpu_count()} cores"
+            )
+            report(results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="OpenFlowRun under load against bare Temporal")
+    parser.add_argument("--quick", action="store_true", help="smaller batches, one round")
+    parser.add_argument("--rounds", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=0, help="runs in the throughput batch")
+    parser.add_argument("--flight", type=int, default=0, help="runs with a slow model turn")
+    parser.add_argument("--paused", type=int, default=0, help="runs waiting for a person")
+    parser.add_argument(
+        "--before", type=Path, help="also measure the worker of the code checked out here"
+    )
+    parser.add_argument(
+        "--only", help=f"comma-separated measurements to take, of {','.join(PHASES)}"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a variable for OpenFlow's workers, e.g. OPENFLOW_STICKY_TIMEOUT=1 (repeatable)",
+    )
+    parser.add_argument("--serve-bare", nargs=3, metavar=("ADDRESS", "QUEUE", "CAP"))
+    args = parser.parse_args(argv)
+    if args.serve_bare:
+        address, queue, cap = args.serve_bare
+        asyncio.run(serve_bare(address, queue, int(cap) or None))
+        return 0
+    asyncio.run(main_async(args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["dag", "main", "single"]

@@ -20,6 +20,7 @@ from openflow import contracts as c
 from openflow.activities import tools_runner
 from openflow.activities.heartbeat import heartbeating
 from openflow.activities.lru import Lru
+from openflow.activities.mcp_context import expand_request
 from openflow.activities.model_providers import ModelProviders
 from openflow.activities.providers.errors import ProviderError
 from openflow.activities.run_files import CATALOG_KEY, RunFiles
@@ -208,6 +209,7 @@ class ModelTurnActivity:
                 self._headers.put((inp.run_id, header_key), cached)
             header = cached
         request = header.model_copy(update={"turn_index": inp.turn_index})
+        request = expand_request(store, inp.run_id, request)
         if turn_purpose(inp) == "review":
             request = self._with_conversations(inp.run_id, request)
         key = c.transcript_key(inp.node_id)

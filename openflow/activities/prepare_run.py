@@ -15,6 +15,7 @@ from temporalio import activity
 
 from openflow import contracts as c
 from openflow.activities.heartbeat import heartbeating
+from openflow.activities.mcp_context import stored
 from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptError, load_script
 from openflow.activities.run_files import CATALOG_KEY, PROFILES_KEY, RUN_KEY, RunFiles
@@ -73,6 +74,14 @@ class PrepareRunActivity:
             catalog += [tool.catalog_entry() for tool in mcp.tools]
             read_tools = sorted(t.spec.name for t in mcp.tools if t.spec.tier == "read")
             warnings = mcp.warnings
+        if any(n.agent.mcp_resources or n.agent.mcp_prompts for n in wf.nodes):
+            # The nodes' MCP resources and prompts, frozen for the run (spec 2.3 step 9);
+            # large contents go to the run store, so history carries only their names.
+            mcp_package = await asyncio.to_thread(importlib.import_module, MCP_PACKAGE)
+            await mcp_package.resolve_context(
+                settings.mcp, wf, cwd=Path(execution_dir), run_dir=store.run_dir(inp.run_id)
+            )
+            await asyncio.to_thread(self._keep_context, inp.run_id, wf)
         tool_names = sorted(entry["name"] for entry in catalog)
         if self.tools is not None:
             # The seal tool is offered only to a plan source while planning; the engine adds
@@ -149,6 +158,14 @@ class PrepareRunActivity:
             inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
         )
         return settings, wf, profiles, execution_dir
+
+    def _keep_context(self, run_id: str, wf: Workflow) -> None:
+        """Store each large MCP content and leave its name in the node's snapshot."""
+        for node in wf.nodes:
+            agent = node.agent
+            agent.mcp_context_snapshots = [
+                stored(self.files.store, run_id, s) for s in agent.mcp_context_snapshots
+            ]
 
     def _callable_agents(self, wf: Workflow) -> list[CallableAgent]:
         """The saved agents the workflow's nodes may call, read from agents.json (spec 6)."""

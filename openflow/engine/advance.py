@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from openflow.engine.build import snapshot_agents
-from openflow.engine.events import Error, RunResumed, RunStarted
+from openflow.engine.events import ChatMessage, Error, RunResumed, RunStarted
 from openflow.engine.facts import (
     IGNORED_TEXT_CHARS,
     announce_pauses,
@@ -120,9 +120,12 @@ def start(
             attachments=tuple(entrypoint_attachments),
         )
     )
+    warnings = list(warnings)
     for warning in warnings:
         text = warning if warning.startswith("ignored ") else f"ignored {warning}"
         step.emit(Error(message=text))
+    for node_id, notice in mcp_notices(workflow, warnings):
+        step.emit(ChatMessage(node_id=node_id, role="system", content=notice))
     problems = workflow_problems(workflow, limits=limits)
     if start_error is not None:
         step.terminal("", f"the run could not start: {start_error}")
@@ -136,6 +139,34 @@ def start(
         )
     schedule(step)
     return _finish(step)
+
+
+def mcp_notices(workflow: Workflow, warnings: Sequence[str]) -> list[tuple[str, str]]:
+    """The System messages MCP setup leaves in chats (spec 4.8): a server skipped at setup on
+    the first node's, an MCP resource or prompt that could not be resolved on its node's."""
+    notices: list[tuple[str, str]] = []
+    skipped = [w for w in warnings if w.startswith("ignored MCP server")]
+    if skipped and workflow.nodes:
+        targets = {e.to for e in workflow.edges}
+        roots = sorted(n.id for n in workflow.nodes if n.id not in targets)
+        first = roots[0] if roots else min(n.id for n in workflow.nodes)
+        notices += [(first, "MCP server skipped: " + w.removeprefix("ignored ")) for w in skipped]
+    for node in sorted(workflow.nodes, key=lambda n: n.id):
+        told: set[str] = set()
+        for snap in node.agent.mcp_context_snapshots:
+            if not snap.error:
+                continue
+            # A server that could not be set up is told once, whatever the node asked of it.
+            text = (
+                snap.error
+                if snap.error.startswith("MCP server ")
+                else f"MCP {snap.kind} {snap.source!r} of server {snap.server_id!r} was left "
+                f"out: {snap.error}"
+            )
+            if text not in told:
+                told.add(text)
+                notices.append((node.id, text))
+    return notices
 
 
 def eager_tools(snapshot: RunSnapshot, node_id: str, offered: Iterable[str]) -> tuple[str, ...]:
@@ -229,6 +260,7 @@ __all__ = [
     "eager_tools",
     "error_text",
     "jitter_ms",
+    "mcp_notices",
     "reply_items",
     "resume",
     "start",

@@ -85,6 +85,12 @@ def system_messages(step: Step, node: Node) -> list[str]:
     shared = (step.wf.settings.shared_context or "").strip()
     if shared:
         messages.append(f"--- Workflow context ---\n{shared}")
+    if agent.mcp_context_snapshots:
+        messages.append(
+            prompts.mcp_context_block(
+                [s.model_dump(mode="json") for s in agent.mcp_context_snapshots]
+            )
+        )
     return messages
 
 

@@ -207,6 +207,9 @@ class McpContextSnapshot(SpecModel):
     included_size_bytes: int = Field(default=0, **_key("includedSizeBytes"))
     truncated: bool = False
     error: str | None = Field(default=None, exclude_if=_is_none)
+    #: Where the run store keeps `content` when it is too large to travel in history (the
+    #: model-turn activity reads it back into the request); `content` is then empty.
+    content_ref: str | None = Field(default=None, exclude_if=_is_none, **_key("contentRef"))
 
 
 class AgentNodeConfig(SpecModel):

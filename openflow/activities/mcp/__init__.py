@@ -9,6 +9,7 @@ from openflow.activities.mcp.catalog import (
     pinned_tools,
 )
 from openflow.activities.mcp.config import McpServerConfig, McpServers, parse_servers
+from openflow.activities.mcp.context import READ_TIMEOUT_S, resolve_context
 from openflow.activities.mcp.connection import (
     START_TIMEOUT_S,
     McpSessions,
@@ -36,6 +37,7 @@ from openflow.activities.mcp.tool import (
 __all__ = [
     "CALL_TIMEOUT_S",
     "MAX_CONCURRENT_SETUPS",
+    "READ_TIMEOUT_S",
     "START_TIMEOUT_S",
     "McpConfigError",
     "McpDiscovery",
@@ -61,5 +63,6 @@ __all__ = [
     "parse_tool_name",
     "pinned_tools",
     "render_result",
+    "resolve_context",
     "tool_name",
 ]

@@ -1,4 +1,7 @@
-"""A small MCP server over stdio for the MCP tests; `MCP_TEST_VARIANT=changed` alters `add`."""
+"""A small MCP server over stdio for the MCP tests; `MCP_TEST_VARIANT=changed` alters `add`.
+
+It also serves two resources (a short note and a long guide) and a prompt with an argument.
+"""
 
 from __future__ import annotations
 
@@ -51,6 +54,24 @@ async def sleep(seconds: float) -> str:
 @server.tool(name="odd.name_1", description="A tool whose name needs encoding.")
 def odd() -> str:
     return "odd"
+
+
+GUIDE = "".join(f"Guide line {i}: keep the durable parts small.\n" for i in range(400))
+
+
+@server.resource("notes://team", name="team", mime_type="text/markdown")
+def team_notes() -> str:
+    return "# Team\nThe release train leaves on Thursdays."
+
+
+@server.resource("notes://guide", name="guide", mime_type="text/plain")
+def guide() -> str:
+    return GUIDE
+
+
+@server.prompt(name="review", description="How to review a change.")
+def review(focus: str) -> str:
+    return f"Review the change with a focus on {focus}."
 
 
 if __name__ == "__main__":

@@ -118,6 +118,8 @@ def start(
             workflow_name=workflow.name,
             entrypoint_text=shown,
             attachments=tuple(entrypoint_attachments),
+            execution_cwd=execution_dir or None,
+            project_id=project_root or None,
         )
     )
     warnings = list(warnings)

@@ -460,6 +460,9 @@ class RunStarted(_Event):
     entrypoint_text: str = ""
     entry_node_id: str | None = None
     attachments: tuple[Attachment, ...] = ()
+    #: The folder the run's tools work in, and its project (the `--project` folder), if any.
+    execution_cwd: str | None = None
+    project_id: str | None = None
 
 
 class RunResumed(_Event):

@@ -329,7 +329,10 @@ def on_tools_unknown(step: Step, fact: ToolsOutcomeUnknown) -> None:
 
 def on_action(step: Step, fact: Action) -> None:
     if isinstance(fact, InputGiven):
-        give_input(step, fact.node_id, fact.text, fact.attachments)
+        if step.node(fact.node_id).awaiting:
+            give_input(step, fact.node_id, fact.text, fact.attachments)
+        else:  # a failed or interrupted node (`check`): retried with the input as its message
+            retry(step, fact.node_id, fact.text, fact.attachments)
     elif isinstance(fact, ApprovalDecided):
         decide(step, fact)
     elif isinstance(fact, RetryRequested):
@@ -342,6 +345,7 @@ def on_action(step: Step, fact: Action) -> None:
             retry(step, fact.node_id, fact.text)
         else:
             ns.queued_messages.append(fact.text)
+            ns.late_messages = ns.late_messages or fact.deliver_late
             step.emit(ChatMessage(node_id=fact.node_id, role="user", content=fact.text))
     else:
         assert_never(fact)
@@ -385,7 +389,9 @@ def give_input(
     step.emit(ChatMessage(node_id=node_id, role="user", content=text, attachments=attachments))
 
 
-def retry(step: Step, node_id: str, message: str | None) -> None:
+def retry(
+    step: Step, node_id: str, message: str | None, attachments: tuple[Attachment, ...] = ()
+) -> None:
     ns = step.node(node_id)
     conv = ns.conversation
     ns.phase = Ready()
@@ -393,9 +399,10 @@ def retry(step: Step, node_id: str, message: str | None) -> None:
     reset_protocol(conv)
     conv.retries = min(conv.retries + 1, MAX_MODEL_ATTEMPT)
     conv.announced_attempt = min(conv.announced_attempt, conv.model_attempt - 1)
-    if message:
-        append(step, Seat(node_id), UserItem(content=message))
-        step.emit(ChatMessage(node_id=node_id, role="user", content=message))
+    if message or attachments:
+        text = message or ""
+        append(step, Seat(node_id), UserItem(content=text, attachments=attachments))
+        step.emit(ChatMessage(node_id=node_id, role="user", content=text, attachments=attachments))
 
 
 def check(snapshot: RunSnapshot, action: Any) -> str | None:
@@ -419,7 +426,7 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
         return f"unknown node {action.node_id!r}"
     ns = nodes[action.node_id]
     if isinstance(action, InputGiven):
-        if ns.awaiting:
+        if ns.awaiting or (action.retry_failed and (ns.failed is not None or ns.interrupted)):
             return None
         waiting = sorted(n for n, s in nodes.items() if s.awaiting)
         if waiting:

@@ -464,6 +464,10 @@ def _on_run_started(s: WorkflowRunState, event: RunStarted) -> None:
     s.status = "running"
     if event.workflow_id:
         s.workflow_id = event.workflow_id
+    if event.execution_cwd:
+        s.execution_cwd = event.execution_cwd
+    if event.project_id:
+        s.project_id = event.project_id
     if (event.entrypoint_text or event.attachments) and event.entry_node_id is not None:
         message = _message("user", event.entrypoint_text, event.at_ms)
         if event.attachments:

@@ -41,6 +41,10 @@ PLAN_SOURCE_BLOCK = """Plan mode: you are the evidence source of this run. You o
 approves the seal) before you submit your change-evidence packet."""
 
 
+LATE_MESSAGE_NUDGE = (
+    "Your submission was held back: the user sent a message while you were working (below). "
+    "Take it into account, then submit your output again with `openflow_submit_node_output`."
+)
 PLAN_GATE_NUDGE = (
     "Your output was not accepted: this node is the Plan Mode evidence source and the plan is "
     "not sealed yet. Build or revise the draft in run://PLAN.md with write/edit, seal it with "

@@ -332,6 +332,8 @@ class NodeState(_HoldsConversation):
     repairs_done: int = 0
     child: ChildRun | None = None
     subagents_announced: bool = False
+    #: People's queued messages hold back a submit until the node has read them.
+    late_messages: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -680,6 +682,9 @@ class InputGiven(_Frozen):
     node_id: str
     text: str
     attachments: tuple[Attachment, ...] = ()
+    #: An input to a failed or interrupted node retries it with the input as its message
+    #: (OpenFlow's retry-with-message); False replays runs recorded when it was ignored.
+    retry_failed: bool = Field(default=True, exclude=True)
 
 
 class ApprovalDecided(_Frozen):
@@ -699,6 +704,9 @@ class MessageSent(_Frozen):
     kind: Literal["message"] = "message"
     node_id: str
     text: str
+    #: A message taken while the node's last turn is in flight gets a turn of its own when
+    #: that turn submits; False replays runs recorded when the submit won and it was lost.
+    deliver_late: bool = Field(default=True, exclude=True)
 
 
 class ActionMalformed(_Frozen):

@@ -168,6 +168,11 @@ def on_completed(
     if step.is_plan_source(node_id) and not sealed(step, node_id):
         append(step, seat, UserItem(content=prompts.PLAN_GATE_NUDGE))
         return
+    if ns.queued_messages and ns.late_messages:
+        # People wrote while this turn was in flight: the node reads their messages (its next
+        # call carries them) before it is done, so none is lost.
+        append(step, seat, UserItem(content=prompts.LATE_MESSAGE_NUDGE))
+        return
     fmt = agent.handoff.format
     if fmt in ("json", "markdown"):
         job = {"output": outcome.output, "message": outcome.assistant_message}

@@ -110,6 +110,7 @@ TOOL_POOL = "tool-pool"
 RECEIPT_TIMEOUT = timedelta(seconds=30)
 WEBHOOKS = "webhooks"
 FAILED_START_NOTICES = "failed-start-notices"
+ACTIONS_DELIVERED = "actions-delivered"
 
 
 class EngineFault(ApplicationError):
@@ -805,6 +806,12 @@ class OpenFlowRun:
 
     def _receive(self, action: c.Action, source: str = c.UPDATE_ACT) -> None:
         fact = _action_fact(action, self._snapshot, source)
+        # Runs recorded when an input to a failed node was ignored, or a message taken during
+        # a node's last turn was lost to its submit, replay as they ran.
+        if isinstance(fact, InputGiven):
+            fact = fact.model_copy(update={"retry_failed": workflow.patched(ACTIONS_DELIVERED)})
+        elif isinstance(fact, MessageSent):
+            fact = fact.model_copy(update={"deliver_late": workflow.patched(ACTIONS_DELIVERED)})
         if not isinstance(fact, ActionMalformed):
             self._received += 1
         self._facts.append(fact)

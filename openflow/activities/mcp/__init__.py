@@ -9,7 +9,6 @@ from openflow.activities.mcp.catalog import (
     pinned_tools,
 )
 from openflow.activities.mcp.config import McpServerConfig, McpServers, parse_servers
-from openflow.activities.mcp.context import READ_TIMEOUT_S, resolve_context
 from openflow.activities.mcp.connection import (
     START_TIMEOUT_S,
     McpSessions,
@@ -17,6 +16,7 @@ from openflow.activities.mcp.connection import (
     list_all_tools,
     open_session,
 )
+from openflow.activities.mcp.context import READ_TIMEOUT_S, resolve_context
 from openflow.activities.mcp.errors import McpConfigError, McpError, McpUnavailable
 from openflow.activities.mcp.naming import (
     decode_segment,

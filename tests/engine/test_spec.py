@@ -743,3 +743,103 @@ def test_openflow_home_defaults_to_dot_openflow(tmp_path: Path) -> None:
     assert openflow_home({"OPENFLOW_HOME": str(tmp_path)}) == tmp_path
     assert openflow_home({}) == Path.home() / ".openflow"
     assert openflow_home({"OPENFLOW_HOME": "  "}) == Path.home() / ".openflow"
+
+
+# --- the older shapes of ../shared/compat/legacy (its README says what OpenFlow does) -----
+
+LEGACY_DIR = COMPAT_DIR / "legacy"
+needs_legacy = pytest.mark.skipif(
+    not LEGACY_DIR.is_dir(), reason=f"no legacy shapes under {LEGACY_DIR}"
+)
+
+
+def legacy(name: str) -> Any:
+    return json.loads((LEGACY_DIR / name).read_text(encoding="utf-8"))
+
+
+@needs_legacy
+@pytest.mark.parametrize(
+    "path", sorted(COMPAT_DIR.glob("*.v1.workflow.json")), ids=lambda p: p.name
+)
+def test_a_first_published_workflow_validates_like_the_current_one(path: Path) -> None:
+    from openflow.engine.graph import workflow_problems
+
+    v1 = Workflow.load_json(path.read_text(encoding="utf-8"))
+    current = Workflow.load_json(
+        (COMPAT_DIR / path.name.replace(".v1.", ".")).read_text(encoding="utf-8")
+    )
+    assert workflow_problems(v1) == [] and workflow_problems(current) == []
+    assert sorted(n.id for n in v1.nodes) == sorted(n.id for n in current.nodes)
+
+
+@needs_legacy
+def test_a_legacy_camel_case_saved_agent_loads_with_the_defaults() -> None:
+    agent = CallableAgent.model_validate(legacy("agent__legacy_camelcase_minimal.json"))
+    assert (agent.id, agent.name, agent.output_schema) == ("agent-1", "Legacy", {"type": "object"})
+    assert agent.tools.approval_mode is None
+    assert isinstance(agent.handoff, JsonHandoff) and agent.auto_start is False
+    assert agent.system_prompt == "" and agent.task_prompt == ""
+
+
+@needs_legacy
+def test_a_snake_case_saved_agent_loads_and_is_written_back_in_snake_case() -> None:
+    data = legacy("agent__snake_case_fields.json")
+    agents = AgentsFile.load_json(json.dumps({"agents": [data]}))
+    [agent] = agents.agents
+    assert agent.tools.approval_mode == "write" and agent.model == "gpt-test"
+    [written] = agents.to_json_dict()["agents"]
+    for key in ("system_prompt", "task_prompt", "output_schema", "auto_start"):
+        assert key in written, key
+    assert not {"systemPrompt", "taskPrompt", "outputSchema", "autoStart"} & set(written)
+
+
+@needs_legacy
+def test_a_legacy_minimal_node_config_loads_with_the_defaults() -> None:
+    data = minimal()
+    data["nodes"][0]["agent"] = legacy("agent_node_config__legacy_minimal.json")
+    agent = Workflow.from_json_dict(data).nodes[0].agent
+    assert agent.auto_start is True and agent.tools.approval_mode is None
+    assert agent.callable_agents == [] and agent.allow_all_callable_agents is False
+    assert isinstance(agent.handoff, JsonHandoff) and agent.conversation_mode is False
+
+
+@needs_legacy
+def test_request_user_input_false_is_kept_and_written_back_explicitly() -> None:
+    data = minimal()
+    data["nodes"][0]["agent"] = legacy("agent_node_config__request_user_input_false.json")
+    written = Workflow.from_json_dict(data).to_json_dict()["nodes"][0]["agent"]
+    assert written["requestUserInput"] is False
+
+
+@needs_legacy
+def test_legacy_workflow_settings_keys() -> None:
+    from openflow.engine.spec import WorkflowSettings
+
+    plan = WorkflowSettings.model_validate(legacy("workflow_settings__plan_mode.json"))
+    assert plan.plan_mode is not None and plan.plan_mode.evidence_source_node_id == "freeze"
+    assert plan.shared_context == "ctx"
+    assert WorkflowSettings.model_validate({}).plan_mode is None
+    stale = WorkflowSettings.model_validate(
+        legacy("workflow_settings__stale_maxConcurrentAiCalls.json")
+    )
+    defaults = WorkflowSettings()
+    assert all(
+        getattr(stale, name) == getattr(defaults, name) for name in WorkflowSettings.model_fields
+    )
+    snake = WorkflowSettings.model_validate(
+        legacy("workflow_settings__snake_output_repair_model.json")
+    )
+    assert snake.output_repair_model == "m2"
+    assert snake.model_dump(mode="json", by_alias=True)["outputRepairModel"] == "m2"
+
+
+@needs_legacy
+@pytest.mark.parametrize(
+    "name", ["submit_output_args__wrapped.json", "submit_output_args__flat_legacy.json"]
+)
+def test_both_submit_argument_forms_are_taken_as_the_output(name: str) -> None:
+    from openflow.engine.classify import Completed, complete_submit
+
+    args = legacy(name)
+    done = complete_submit(args, json.dumps(args), DEFAULT_OUTPUT_SCHEMA, None)
+    assert isinstance(done, Completed) and done.output == {"summary": "done"}

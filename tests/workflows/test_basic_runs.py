@@ -59,8 +59,10 @@ async def test_branch_join_joins_parent_summaries_in_node_order(harness: Harness
     await harness.replay(run_id)
 
 
-async def test_compat_feature_plan_runs_unchanged(harness: Harness) -> None:
-    wf = Workflow.load_json((COMPAT / "feature_plan.workflow.json").read_text())
+# The first published versions (`*.v1.workflow.json`) run like the current ones.
+@pytest.mark.parametrize("name", ["feature_plan.workflow.json", "feature_plan.v1.workflow.json"])
+async def test_compat_feature_plan_runs_unchanged(harness: Harness, name: str) -> None:
+    wf = Workflow.load_json((COMPAT / name).read_text())
     harness.script(
         {
             "idea": [{"submit": {"target_user": "devs", "pain": "slow", "outcome": "fast"}}],
@@ -77,8 +79,9 @@ async def test_compat_feature_plan_runs_unchanged(harness: Harness) -> None:
     await harness.replay(run_id)
 
 
-async def test_compat_idea_to_ship_runs_with_people(harness: Harness) -> None:
-    wf = Workflow.load_json((COMPAT / "idea_to_ship.workflow.json").read_text())
+@pytest.mark.parametrize("name", ["idea_to_ship.workflow.json", "idea_to_ship.v1.workflow.json"])
+async def test_compat_idea_to_ship_runs_with_people(harness: Harness, name: str) -> None:
+    wf = Workflow.load_json((COMPAT / name).read_text())
     harness.script(
         {
             "shape-work": [

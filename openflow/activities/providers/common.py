@@ -29,7 +29,52 @@ DeltaSink = Callable[[str, str], None]
 
 ResolvedItem = AssistantItem | UserItem | ReasoningItem | ToolCallItem | ToolResultItem
 
-# Context windows by model id fragment; the longest fragment found in a model id wins.
+# OpenFlow's bundled table of context windows, by exact model id (it fills
+# `max_context_tokens` in usage events and `contextWindowByNode` in the state).
+BUNDLED_CONTEXT_WINDOWS: dict[str, int] = {
+    "claude-3-5-haiku-20241022": 200_000,
+    "claude-3-5-sonnet-20241022": 200_000,
+    "claude-3-5-sonnet-latest": 200_000,
+    "claude-3-haiku-20240307": 200_000,
+    "claude-3-opus-20240229": 200_000,
+    "claude-3-sonnet-20240229": 200_000,
+    "claude-sonnet-4-20250514": 200_000,
+    "gemini-1.5-flash": 1_000_000,
+    "gemini-1.5-pro": 2_000_000,
+    "gemini-2.0-flash": 1_000_000,
+    "gemini-2.0-flash-lite": 1_000_000,
+    "gemini-2.5-flash-preview-04-17": 1_000_000,
+    "gemini-2.5-pro-preview-03-25": 1_000_000,
+    "gemini-2.5-pro-preview-05-06": 1_000_000,
+    "gpt-3.5-turbo": 16_385,
+    "gpt-3.5-turbo-0125": 16_385,
+    "gpt-3.5-turbo-1106": 16_385,
+    "gpt-4": 8_192,
+    "gpt-4-0314": 8_192,
+    "gpt-4-0613": 8_192,
+    "gpt-4-turbo": 128_000,
+    "gpt-4-turbo-2024-04-09": 128_000,
+    "gpt-4-turbo-preview": 128_000,
+    "gpt-4o": 128_000,
+    "gpt-4o-2024-05-13": 128_000,
+    "gpt-4o-2024-08-06": 128_000,
+    "gpt-4o-2024-11-20": 128_000,
+    "gpt-4o-mini": 128_000,
+    "gpt-4o-mini-2024-07-18": 128_000,
+    "o1": 200_000,
+    "o1-2024-12-17": 200_000,
+    "o1-mini": 128_000,
+    "o1-mini-2024-09-12": 128_000,
+    "o3": 200_000,
+    "o3-2025-04-16": 200_000,
+    "o3-mini": 200_000,
+    "o3-mini-2025-01-31": 200_000,
+    "o4-mini": 200_000,
+    "o4-mini-2025-04-16": 200_000,
+}
+
+# Context windows by model id fragment, for models the bundled table does not name; the
+# longest fragment found in a model id wins.
 CONTEXT_WINDOWS: dict[str, int] = {
     "gpt-4o": 128_000,
     "gpt-4o-mini": 128_000,
@@ -89,6 +134,8 @@ def max_context_tokens(model: str, profile: ProviderProfile) -> int | None:
     """The model's context window: the profile's override, else the bundled table."""
     if model in profile.context_window_sizes:
         return profile.context_window_sizes[model]
+    if model in BUNDLED_CONTEXT_WINDOWS:
+        return BUNDLED_CONTEXT_WINDOWS[model]
     value = longest_fragment_match(model, CONTEXT_WINDOWS)
     return int(value) if value is not None else None
 
@@ -276,6 +323,7 @@ class ToolCallBuffer:
 
 __all__ = [
     "claude_reasoning",
+    "BUNDLED_CONTEXT_WINDOWS",
     "CONTEXT_WINDOWS",
     "DeltaSink",
     "ResolvedItem",

@@ -159,3 +159,29 @@ def test_settings_json_nested_past_the_limit_is_a_settings_error(tmp_path: Path)
 def test_tool_call_arguments_nested_past_the_limit_are_malformed() -> None:
     assert parse_arguments('{"a": ' + "[" * 129 + "]" * 129 + "}") is None
     assert parse_arguments('{"a": ' + "[" * 126 + "]" * 126 + "}") is not None
+
+
+LEGACY_SETTINGS = (
+    Path(__file__).resolve().parents[4]
+    / "shared"
+    / "compat"
+    / "legacy"
+    / "settings__e2e_ipc_mock_EMPTY_SETTINGS.json"
+)
+
+
+@pytest.mark.skipif(not LEGACY_SETTINGS.is_file(), reason=f"no {LEGACY_SETTINGS}")
+def test_the_settings_shape_openflows_app_writes_loads(tmp_path: Path) -> None:
+    from openflow.settings import load_settings
+
+    (tmp_path / "settings.json").write_text(LEGACY_SETTINGS.read_text())
+    settings = load_settings(tmp_path)
+    assert settings.active_provider == "openai"
+    openai = settings.profile("openai")
+    compatible = settings.profile("custom_openai_compatible")
+    assert openai is not None and compatible is not None
+    assert (openai.kind, openai.default_model) == ("openai", "gpt-4.1-mini")
+    assert (compatible.kind, compatible.base_url) == (
+        "chat_completions",
+        "https://example.invalid/v1",
+    )

@@ -144,15 +144,16 @@ def start(
 
 
 def mcp_notices(workflow: Workflow, warnings: Sequence[str]) -> list[tuple[str, str]]:
-    """The System messages MCP setup leaves in chats (spec 4.8): a server skipped at setup on
-    the first node's, an MCP resource or prompt that could not be resolved on its node's."""
+    """The System messages MCP setup leaves in chats (spec 4.8): a server or tool skipped at
+    setup on the first node's, an MCP resource or prompt that could not be resolved on its
+    node's."""
     notices: list[tuple[str, str]] = []
-    skipped = [w for w in warnings if w.startswith("ignored MCP server")]
+    skipped = [w for w in warnings if w.startswith(("ignored MCP ", "ignored every MCP "))]
     if skipped and workflow.nodes:
         targets = {e.to for e in workflow.edges}
         roots = sorted(n.id for n in workflow.nodes if n.id not in targets)
         first = roots[0] if roots else min(n.id for n in workflow.nodes)
-        notices += [(first, "MCP server skipped: " + w.removeprefix("ignored ")) for w in skipped]
+        notices += [(first, "Skipped " + w.removeprefix("ignored ")) for w in skipped]
     for node in sorted(workflow.nodes, key=lambda n: n.id):
         told: set[str] = set()
         for snap in node.agent.mcp_context_snapshots:

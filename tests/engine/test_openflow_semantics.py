@@ -88,7 +88,7 @@ def test_mcp_snapshots_are_the_last_system_message_and_failures_are_told_in_the_
     plan = engine.start(wf, "run-1", 0, warnings=["ignored MCP server 'x': it failed"])
     told = [(e.node_id, e.content) for e in plan.events if e.type == "ChatMessage"]
     assert told == [
-        ("a", "MCP server skipped: MCP server 'x': it failed"),
+        ("a", "Skipped MCP server 'x': it failed"),
         ("a", "MCP server 'gone' was skipped: it could not be set up (its command was not found)"),
     ]
     request = build_request(Step(plan.snapshot, 0), "a")

@@ -300,6 +300,24 @@ async def retry_after_failure(h: Harness) -> list[str]:
 
 
 @scenario
+async def input_retries_a_failed_node(h: Harness) -> list[str]:
+    h.script({"fragile": [{"error": "permanent", "message": "bad key"}, summary("ok")]})
+    run_id = await h.start(make_workflow([node("fragile")], []))
+    await h.wait_for(run_id, lambda s: s["statusByNode"]["fragile"] == "failed")
+    await h.runs.act(run_id, Action(kind="input", node_id="fragile", text="use the other key"))
+    return await completed(h, run_id)
+
+
+@scenario
+async def message_during_the_last_turn(h: Harness) -> list[str]:
+    h.script({"work": [dict(summary("early"), delay_ms=1500), summary("with the message")]})
+    run_id = await h.start(make_workflow([node("work", requestUserInput=True)], []))
+    await h.wait_for(run_id, lambda s: s["statusByNode"]["work"] == "started")
+    await h.handle(run_id).signal("send_message", {"node_id": "work", "text": "add the budget"})
+    return await completed(h, run_id)
+
+
+@scenario
 async def retry_with_message_by_signal(h: Harness) -> list[str]:
     h.script({"fragile": [{"error": "failed", "message": "no"}, summary("ok")]})
     run_id = await h.start(make_workflow([node("fragile")], []))

@@ -25,6 +25,7 @@ from openflow.activities.mcp.connection import (
 )
 from openflow.activities.mcp.errors import McpConfigError
 from openflow.engine.spec import (
+    AgentNodeConfig,
     McpContextSnapshot,
     McpPromptSelection,
     McpResourceSelection,
@@ -104,6 +105,11 @@ async def _resolve_one(session: Any, selection: Selection) -> McpContextSnapshot
     )
 
 
+def _selections(agent: AgentNodeConfig) -> list[Selection]:
+    """A node's resources, then its prompts: the order its snapshots keep."""
+    return [*agent.mcp_resources, *agent.mcp_prompts]
+
+
 async def resolve_context(
     settings_mcp: Any,
     workflow: Workflow,
@@ -116,7 +122,7 @@ async def resolve_context(
     wanted: dict[str, list[tuple[int, Selection]]] = {}
     nodes = [n for n in workflow.nodes if n.agent.mcp_resources or n.agent.mcp_prompts]
     for index, node in enumerate(nodes):
-        for selection in [*node.agent.mcp_resources, *node.agent.mcp_prompts]:
+        for selection in _selections(node.agent):
             wanted.setdefault(selection.server_id, []).append((index, selection))
     if not wanted:
         return
@@ -158,8 +164,7 @@ async def resolve_context(
     await asyncio.gather(*(server(sid, sels) for sid, sels in sorted(wanted.items())))
     for index, node in enumerate(nodes):
         node.agent.mcp_context_snapshots = [
-            resolved[(index, id(selection))]
-            for selection in [*node.agent.mcp_resources, *node.agent.mcp_prompts]
+            resolved[(index, id(selection))] for selection in _selections(node.agent)
         ]
 
 

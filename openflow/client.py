@@ -41,9 +41,11 @@ from openflow import contracts as c
 from openflow.activities.store import RunStore
 from openflow.attachments import Upload, prepare, store_uploads
 from openflow.engine import RunEvent, WorkflowRunState
+from openflow.engine.advance import continuation_problem
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import check_entrypoint, check_message
 from openflow.engine.spec import Workflow
+from openflow.engine.state import Continuation, RunSnapshot
 from openflow.engine.transcript import Attachment
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,10 @@ class ActionRejected(RunError):
 
 class RunConflict(RunError):
     pass
+
+
+class EditBatchNotFound(RunError):
+    """A revert names no edit batch of the run."""
 
 
 class InvalidWorkflow(RunError):
@@ -408,8 +414,33 @@ class Runs:
             raise RunConflict(f"run {run_id!r} is not running")
         await handle.cancel()
 
-    async def resume(self, run_id: str) -> str:
-        """Start a new execution of a stopped or failed run from its checkpoint."""
+    async def interrupt(self, run_id: str, node_id: str) -> dict[str, Any]:
+        """Interrupt one running node; one that is not running raises ActionRejected."""
+        return await self.act(run_id, c.Action(kind="interrupt", node_id=node_id))
+
+    async def revert(self, run_id: str, batch_id: str) -> list[str]:
+        """Undo one edit batch of a live run; the files it restored.
+
+        An unknown batch raises EditBatchNotFound; a file changed since, RunConflict naming it.
+        """
+        try:
+            result = await self.act(run_id, c.Action(kind="revert", batch_id=batch_id))
+        except ActionRejected as exc:
+            if str(exc).startswith("no edit batch"):
+                raise EditBatchNotFound(str(exc)) from None
+            raise
+        if result.get("error"):
+            raise RunConflict(f"cannot revert edit batch {batch_id!r}: {result['error']}")
+        return [str(p) for p in result.get("paths") or []]
+
+    async def resume(
+        self, run_id: str, node_id: str | None = None, message: str | None = None
+    ) -> str:
+        """Start a new execution of a stopped or failed run from its checkpoint.
+
+        With `node_id` and `message`, that node gets the message as its next user turn (its
+        answer when it waits for input, else its retry's message).
+        """
         handle = await self.handle(run_id)
         desc = await handle.describe()
         if desc.status == WorkflowExecutionStatus.RUNNING:
@@ -422,8 +453,18 @@ class Runs:
         status = checkpoint["snapshot"].get("status")
         if status == "completed":
             raise RunConflict(f"run {run_id!r} completed; completed runs can only be replayed")
+        continuation = None
+        if node_id is not None or message is not None:
+            if not node_id or message is None:
+                raise ActionRejected("a resume message needs both a node id and a text")
+            snapshot = RunSnapshot.model_validate(checkpoint["snapshot"])
+            problem = continuation_problem(snapshot, node_id, message)
+            if problem is not None:
+                raise ActionRejected(problem)
+            continuation = Continuation(node_id=node_id, text=message)
         data = dict(checkpoint["input"])
         data.update(
+            continuation=continuation.model_dump() if continuation is not None else None,
             snapshot=checkpoint["snapshot"],
             resume=True,
             events=checkpoint.get("events", []),
@@ -513,6 +554,7 @@ def _q(value: str) -> str:
 
 __all__ = [
     "ActionRejected",
+    "EditBatchNotFound",
     "InvalidWorkflow",
     "RunConflict",
     "RunError",

@@ -266,6 +266,7 @@ def _add_runs_actions(actions: Any) -> None:
     resume.add_argument("run_id", metavar="ID")
     resume.add_argument(
         "--message",
+        dest="continuation",
         nargs=2,
         metavar=("NODE", "TEXT"),
         help="the node's next user turn when the run resumes (its answer or retry message)",
@@ -332,6 +333,7 @@ _ID_ARGUMENTS = (
     ("run_id", "ID"),
     ("node_id", "NODE"),
     ("approval_id", "APPROVAL"),
+    ("batch_id", "BATCH_ID"),
     ("workflow", "--workflow"),
 )
 _TEXT_ARGUMENTS = (("text", "TEXT"), ("message", "--message"), ("reason", "--reason"))
@@ -360,6 +362,12 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise BadInput(
                 f"{metavar} is not an id: give at most {MAX_ID_CHARS} printable characters"
             )
+    continuation = getattr(args, "continuation", None)
+    if continuation is not None:
+        node_id, text = continuation
+        if not node_id.strip() or not text.strip():
+            raise BadInput("--message takes a node id and a text, neither empty")
+        check_limit(lambda text: check_message(text, "the text"), text, "--message")
     for name, where in _TEXT_ARGUMENTS:
         value = getattr(args, name, None)
         if isinstance(value, str):

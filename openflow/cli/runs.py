@@ -374,7 +374,7 @@ def cmd_runs_stop(args: argparse.Namespace) -> int:
 
 def cmd_runs_resume(args: argparse.Namespace) -> int:
     """`openflow runs resume ID [--message NODE TEXT]`: a new execution from the checkpoint."""
-    node_id, text = args.message if args.message else (None, None)
+    node_id, text = args.continuation if args.continuation else (None, None)
 
     async def main() -> int:
         runs = await connect_runs()

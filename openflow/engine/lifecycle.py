@@ -89,9 +89,13 @@ def interrupt_node(step: Step, node_id: str) -> None:
         timers.append(ns.child.timer_key)
     ids = abort_child(step, node_id)
     ids.extend(b.batch_id for b in step.node_batches(node_id) if b.in_flight)
-    if ns.conversation.in_flight is not None:
-        ids.append(ns.conversation.in_flight.call_id)
+    in_flight = ns.conversation.in_flight
+    if in_flight is not None:
+        ids.append(in_flight.call_id)
         ns.conversation.in_flight = None
+        if in_flight.kind != "repair":
+            # Counted as a call made, as when a call comes back interrupted.
+            ns.calls_done += 1
     step.intents.append(CancelWork(ids=tuple(sorted(ids)), timers=tuple(sorted(timers))))
     interrupt(step, node_id)
 

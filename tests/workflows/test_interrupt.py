@@ -161,3 +161,26 @@ async def test_a_revert_restores_a_file_and_is_refused_after_a_later_edit(
         c.Action(kind="input", node_id="edit", text="no"),
     )
     assert (await harness.result(run_id)).status == "completed"
+
+
+async def test_an_interrupt_during_a_slow_model_call_then_a_retry(
+    harness: Harness, tmp_path: Path
+) -> None:
+    harness.script(
+        {
+            "think": [
+                {"submit": {"summary": "too late"}, "delay_ms": 30_000},
+                {"submit": {"summary": "on retry"}},
+            ]
+        }
+    )
+    wf = make_workflow([node("think")], [])
+    run_id = await harness.start(wf, project_dir=str(tmp_path))
+    await harness.wait_for(run_id, lambda s: s["statusByNode"]["think"] == "started")
+    await harness.runs.interrupt(run_id, "think")
+    await harness.wait_for(run_id, lambda s: s["statusByNode"]["think"] == "interrupted")
+    await harness.runs.act(run_id, c.Action(kind="retry", node_id="think", message="now"))
+    result = await harness.result(run_id)
+    assert result.status == "completed"
+    assert result.outputs["think"] == {"summary": "on retry"}
+    assert user_lines(await harness.state(run_id), "think")[-1] == "now"

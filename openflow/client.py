@@ -13,6 +13,7 @@ Errors:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -38,10 +39,12 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.activities.revert_batch import revert as revert_files
 from openflow.activities.store import RunStore
 from openflow.attachments import Upload, prepare, store_uploads
 from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.advance import continuation_problem
+from openflow.engine.facts import batch_node
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import check_entrypoint, check_message
 from openflow.engine.spec import Workflow
@@ -422,7 +425,12 @@ class Runs:
         """Undo one edit batch of a live run; the files it restored.
 
         An unknown batch raises EditBatchNotFound; a file changed since, RunConflict naming it.
+        A finished run is reverted here, from its checkpoint, in this process's view of the
+        run's folder and store; the store keeps `reverts/<batch_id>.json` as its record.
         """
+        handle = await self.handle(run_id)
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return await self._revert_finished(handle, run_id, batch_id)
         try:
             result = await self.act(run_id, c.Action(kind="revert", batch_id=batch_id))
         except ActionRejected as exc:
@@ -432,6 +440,37 @@ class Runs:
         if result.get("error"):
             raise RunConflict(f"cannot revert edit batch {batch_id!r}: {result['error']}")
         return [str(p) for p in result.get("paths") or []]
+
+    async def _revert_finished(
+        self, handle: WorkflowHandle[Any, Any], run_id: str, batch_id: str
+    ) -> list[str]:
+        checkpoint = await handle.query(c.QUERY_CHECKPOINT, result_type=dict)
+        if not checkpoint or not checkpoint.get("snapshot"):
+            raise RunConflict(f"run {run_id!r} has no checkpoint to revert from")
+        snapshot = RunSnapshot.model_validate(checkpoint["snapshot"])
+        key = f"reverts/{batch_id}.json"
+        node_id = batch_node(snapshot, batch_id)
+        if node_id is None or await asyncio.to_thread(_stored, self.store, run_id, key):
+            raise EditBatchNotFound(
+                f"no edit batch {batch_id!r} to revert (see the run's editBatches)"
+            )
+        state = WorkflowRunState.model_validate(checkpoint.get("state") or {})
+        batch = next((b for b in state.edit_batches if b.batch_id == batch_id), None)
+        if batch is None:
+            raise RunConflict(f"edit batch {batch_id!r} is too old: its snapshots are gone")
+        inp = c.RevertInput(
+            run_id=run_id,
+            execution_dir=checkpoint["input"].get("execution_dir") or snapshot.execution_dir,
+            batch=batch,
+        )
+        result = await asyncio.to_thread(revert_files, self.store, inp)
+        if result.error:
+            raise RunConflict(f"cannot revert edit batch {batch_id!r}: {result.error}")
+        record = {"batch_id": batch_id, "node_id": node_id, "paths": result.paths}
+        await asyncio.to_thread(
+            self.store.put_bytes, run_id, key, json.dumps(record).encode("utf-8")
+        )
+        return result.paths
 
     async def resume(
         self, run_id: str, node_id: str | None = None, message: str | None = None
@@ -495,6 +534,14 @@ class Runs:
             task_timeout=c.WORKFLOW_TASK_TIMEOUT,
         )
         return run_id
+
+
+def _stored(store: RunStore, run_id: str, key: str) -> bool:
+    try:
+        store.get_bytes(run_id, key)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 async def events_after(

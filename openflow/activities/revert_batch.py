@@ -3,7 +3,8 @@
 Every file is checked before any is written: each must still hold what the batch left (its
 SHA-256, or absent where the batch deleted or moved it away), else nothing changes and the
 error names the file. Before-contents come from the batch's snapshots: inline text, or the
-run store's `snapshots/<sha256>`.
+run store's `snapshots/<sha256>`. A live run reverts in this activity; a finished one in the
+calling process (`openflow.client.Runs.revert`), with the same `revert`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from temporalio import activity
 from openflow import contracts as c
 from openflow.activities.heartbeat import heartbeating
 from openflow.activities.run_files import RunFiles
+from openflow.activities.store import RunStore
 from openflow.activities.tools.files import atomic_write
 from openflow.engine.events import EditBatch, FileSnapshot
 
@@ -34,10 +36,19 @@ class RevertBatchActivity:
 
     @activity.defn(name=c.ACTIVITY_REVERT)
     async def revert_batch(self, inp: c.RevertInput) -> c.RevertResult:
-        return await heartbeating(asyncio.to_thread(self.revert, inp))
+        return await heartbeating(asyncio.to_thread(revert, self.files.store, inp))
 
-    def revert(self, inp: c.RevertInput) -> c.RevertResult:
-        """Revert the batch, or say which file stops it (nothing is written then)."""
+
+def revert(store: RunStore, inp: c.RevertInput) -> c.RevertResult:
+    """Revert the batch, or say which file stops it (nothing is written then)."""
+    return _Revert(store).run(inp)
+
+
+class _Revert:
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+
+    def run(self, inp: c.RevertInput) -> c.RevertResult:
         try:
             plan = [self._planned(inp, snap) for snap in inp.batch.snapshots]
         except RevertRefused as refused:
@@ -82,7 +93,7 @@ class RevertBatchActivity:
         if snap.content is not None:
             return snap.content.encode("utf-8")
         try:
-            return self.files.store.get_bytes(inp.run_id, f"snapshots/{snap.sha256}")
+            return self.store.get_bytes(inp.run_id, f"snapshots/{snap.sha256}")
         except FileNotFoundError:
             raise RevertRefused(
                 f"the run store no longer holds what {snap.path!r} was before edit batch "
@@ -108,4 +119,4 @@ def _digest(path: Path) -> str | None:
         raise RevertRefused(f"{str(path)!r} is a folder now") from None
 
 
-__all__ = ["RevertBatchActivity", "RevertRefused"]
+__all__ = ["RevertBatchActivity", "RevertRefused", "revert"]

@@ -161,6 +161,14 @@ async def test_a_revert_restores_a_file_and_is_refused_after_a_later_edit(
         c.Action(kind="input", node_id="edit", text="no"),
     )
     assert (await harness.result(run_id)).status == "completed"
+    # A finished run is reverted from its checkpoint, by the caller.
+    (tmp_path / "b.txt").write_text("after b\n")
+    assert await harness.runs.revert(run_id, by_call["call-b"]) == ["b.txt"]
+    assert (tmp_path / "b.txt").read_text() == "before b\n"
+    with pytest.raises(EditBatchNotFound):
+        await harness.runs.revert(run_id, by_call["call-b"])
+    with pytest.raises(EditBatchNotFound):
+        await harness.runs.revert(run_id, by_call["call-a"])
 
 
 async def test_an_interrupt_during_a_slow_model_call_then_a_retry(

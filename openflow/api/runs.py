@@ -291,7 +291,7 @@ async def stop_run(run_id: RunId, runs: RunsDep) -> RunRef:
     "/{run_id}/resume",
     status_code=202,
     response_model=RunRef,
-    responses=documented(401, 404, 409, 422, 503),
+    responses=documented(400, 401, 404, 409, 422, 503),
 )
 async def resume_run(run_id: RunId, runs: RunsDep, body: ResumeBody | None = None) -> RunRef:
     """Continue a stopped or failed run from its checkpoint, as a new execution.

@@ -77,6 +77,8 @@ def _idle_reason(ns: NodeState, awaiting_approval: bool) -> str:
         return "it is storing its handoff"
     if ns.has_output:
         return "it has completed"
+    if ns.calls_done:
+        return "it is between two steps; try again"
     return "it has not started"
 
 

@@ -22,6 +22,7 @@ from tests.engine.driver import (
     ok_summary,
     tool_bash,
     tool_write,
+    transient,
     workflow,
 )
 
@@ -148,3 +149,17 @@ def test_28_revert_removes_only_the_reverted_batch_records() -> None:
     assert [r["batch_id"] for r in d.node("a").changed_files] == ["edit-2"]
     assert plan.events[0].type == "EditBatchReverted" and plan.events[0].paths == ("x.txt",)
     assert "no edit batch" in (engine.check(d.snapshot, RevertRequested(batch_id="edit-1")) or "")
+
+
+def test_interrupt_during_a_backoff_cancels_only_that_nodes_timer() -> None:
+    wf = workflow([agent_node("a"), agent_node("b")])
+    d = Driver(wf, {"a": [transient(), ok_summary("a")], "b": [transient(), ok_summary("b")]})
+    d.start()
+    d.step()
+    d.step()
+    assert sorted(d.timers) == ["a", "b"]
+    plan = d.feed(InterruptRequested(node_id="a"))
+    assert CancelWork(ids=(), timers=("a",)) in plan.intents
+    assert sorted(d.timers) == ["b"] and d.node("a").interrupted
+    d.run()
+    assert d.node("b").has_output and not d.node("a").has_output

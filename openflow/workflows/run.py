@@ -878,9 +878,9 @@ class OpenFlowRun:
 
     async def _revert(self, batch_id: str) -> dict[str, Any]:
         """Undo an edit batch in an activity; the engine records what it did."""
-        assert self._snapshot is not None
         batch = self._edit_batch(batch_id)
-        assert batch is not None  # the validator checked it
+        if batch is None or self._snapshot is None:  # the validator checked both
+            return {"accepted": False, "status": self._status, "error": "no such edit batch"}
         try:
             result = await workflow.execute_activity_method(
                 RevertBatchActivity.revert_batch,

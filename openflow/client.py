@@ -13,6 +13,7 @@ Errors:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import logging
 import os
@@ -421,7 +422,7 @@ class Runs:
         """Interrupt one running node; one that is not running raises ActionRejected."""
         return await self.act(run_id, c.Action(kind="interrupt", node_id=node_id))
 
-    async def revert(self, run_id: str, batch_id: str) -> list[str]:
+    async def revert(self, run_id: str, batch_id: str) -> builtins.list[str]:
         """Undo one edit batch of a live run; the files it restored.
 
         An unknown batch raises EditBatchNotFound; a file changed since, RunConflict naming it.
@@ -443,7 +444,7 @@ class Runs:
 
     async def _revert_finished(
         self, handle: WorkflowHandle[Any, Any], run_id: str, batch_id: str
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         checkpoint = await handle.query(c.QUERY_CHECKPOINT, result_type=dict)
         if not checkpoint or not checkpoint.get("snapshot"):
             raise RunConflict(f"run {run_id!r} has no checkpoint to revert from")

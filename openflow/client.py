@@ -13,6 +13,8 @@ Errors:
 from __future__ import annotations
 
 import asyncio
+import builtins
+import json
 import logging
 import os
 import re
@@ -38,12 +40,16 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.activities.revert_batch import revert as revert_files
 from openflow.activities.store import RunStore
 from openflow.attachments import Upload, prepare, store_uploads
 from openflow.engine import RunEvent, WorkflowRunState
+from openflow.engine.advance import continuation_problem
+from openflow.engine.facts import batch_node
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import check_entrypoint, check_message
 from openflow.engine.spec import Workflow
+from openflow.engine.state import Continuation, RunSnapshot
 from openflow.engine.transcript import Attachment
 
 logger = logging.getLogger(__name__)
@@ -78,6 +84,10 @@ class ActionRejected(RunError):
 
 class RunConflict(RunError):
     pass
+
+
+class EditBatchNotFound(RunError):
+    """A revert names no edit batch of the run."""
 
 
 class InvalidWorkflow(RunError):
@@ -408,8 +418,69 @@ class Runs:
             raise RunConflict(f"run {run_id!r} is not running")
         await handle.cancel()
 
-    async def resume(self, run_id: str) -> str:
-        """Start a new execution of a stopped or failed run from its checkpoint."""
+    async def interrupt(self, run_id: str, node_id: str) -> dict[str, Any]:
+        """Interrupt one running node; one that is not running raises ActionRejected."""
+        return await self.act(run_id, c.Action(kind="interrupt", node_id=node_id))
+
+    async def revert(self, run_id: str, batch_id: str) -> builtins.list[str]:
+        """Undo one edit batch of a live run; the files it restored.
+
+        An unknown batch raises EditBatchNotFound; a file changed since, RunConflict naming it.
+        A finished run is reverted here, from its checkpoint, in this process's view of the
+        run's folder and store; the store keeps `reverts/<batch_id>.json` as its record.
+        """
+        handle = await self.handle(run_id)
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return await self._revert_finished(handle, run_id, batch_id)
+        try:
+            result = await self.act(run_id, c.Action(kind="revert", batch_id=batch_id))
+        except ActionRejected as exc:
+            if str(exc).startswith("no edit batch"):
+                raise EditBatchNotFound(str(exc)) from None
+            raise
+        if result.get("error"):
+            raise RunConflict(f"cannot revert edit batch {batch_id!r}: {result['error']}")
+        return [str(p) for p in result.get("paths") or []]
+
+    async def _revert_finished(
+        self, handle: WorkflowHandle[Any, Any], run_id: str, batch_id: str
+    ) -> builtins.list[str]:
+        checkpoint = await handle.query(c.QUERY_CHECKPOINT, result_type=dict)
+        if not checkpoint or not checkpoint.get("snapshot"):
+            raise RunConflict(f"run {run_id!r} has no checkpoint to revert from")
+        snapshot = RunSnapshot.model_validate(checkpoint["snapshot"])
+        key = f"reverts/{batch_id}.json"
+        node_id = batch_node(snapshot, batch_id)
+        if node_id is None or await asyncio.to_thread(_stored, self.store, run_id, key):
+            raise EditBatchNotFound(
+                f"no edit batch {batch_id!r} to revert (see the run's editBatches)"
+            )
+        state = WorkflowRunState.model_validate(checkpoint.get("state") or {})
+        batch = next((b for b in state.edit_batches if b.batch_id == batch_id), None)
+        if batch is None:
+            raise RunConflict(f"edit batch {batch_id!r} is too old: its snapshots are gone")
+        inp = c.RevertInput(
+            run_id=run_id,
+            execution_dir=checkpoint["input"].get("execution_dir") or snapshot.execution_dir,
+            batch=batch,
+        )
+        result = await asyncio.to_thread(revert_files, self.store, inp)
+        if result.error:
+            raise RunConflict(f"cannot revert edit batch {batch_id!r}: {result.error}")
+        record = {"batch_id": batch_id, "node_id": node_id, "paths": result.paths}
+        await asyncio.to_thread(
+            self.store.put_bytes, run_id, key, json.dumps(record).encode("utf-8")
+        )
+        return result.paths
+
+    async def resume(
+        self, run_id: str, node_id: str | None = None, message: str | None = None
+    ) -> str:
+        """Start a new execution of a stopped or failed run from its checkpoint.
+
+        With `node_id` and `message`, that node gets the message as its next user turn (its
+        answer when it waits for input, else its retry's message).
+        """
         handle = await self.handle(run_id)
         desc = await handle.describe()
         if desc.status == WorkflowExecutionStatus.RUNNING:
@@ -422,8 +493,18 @@ class Runs:
         status = checkpoint["snapshot"].get("status")
         if status == "completed":
             raise RunConflict(f"run {run_id!r} completed; completed runs can only be replayed")
+        continuation = None
+        if node_id is not None or message is not None:
+            if not node_id or message is None:
+                raise ActionRejected("a resume message needs both a node id and a text")
+            snapshot = RunSnapshot.model_validate(checkpoint["snapshot"])
+            problem = continuation_problem(snapshot, node_id, message)
+            if problem is not None:
+                raise ActionRejected(problem)
+            continuation = Continuation(node_id=node_id, text=message)
         data = dict(checkpoint["input"])
         data.update(
+            continuation=continuation.model_dump() if continuation is not None else None,
             snapshot=checkpoint["snapshot"],
             resume=True,
             events=checkpoint.get("events", []),
@@ -454,6 +535,14 @@ class Runs:
             task_timeout=c.WORKFLOW_TASK_TIMEOUT,
         )
         return run_id
+
+
+def _stored(store: RunStore, run_id: str, key: str) -> bool:
+    try:
+        store.get_bytes(run_id, key)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 async def events_after(
@@ -513,6 +602,7 @@ def _q(value: str) -> str:
 
 __all__ = [
     "ActionRejected",
+    "EditBatchNotFound",
     "InvalidWorkflow",
     "RunConflict",
     "RunError",

@@ -19,9 +19,11 @@ from pydantic import (
     model_validator,
 )
 
+from openflow.engine.events import EditBatch
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.state import (
+    Continuation,
     Intent,
     RunSnapshot,
     ToolResultSummary,
@@ -36,6 +38,7 @@ ACTIVITY_MODEL_TURN = "model_turn"
 ACTIVITY_TOOL_BATCH = "tool_batch"
 ACTIVITY_HANDOFF = "write_handoff"
 ACTIVITY_RECEIPT = "read_receipt"
+ACTIVITY_REVERT = "revert_batch"
 #: The child workflow that carries a run's notice to its webhooks, and its delivery activity.
 WORKFLOW_NOTICE = "OpenFlowNotice"
 ACTIVITY_WEBHOOK = "deliver_webhook"
@@ -63,6 +66,7 @@ SIGNAL_INPUT = "submit_user_input"
 SIGNAL_APPROVAL = "submit_tool_approval"
 SIGNAL_RETRY = "retry_node"
 SIGNAL_MESSAGE = "send_message"
+SIGNAL_INTERRUPT = "interrupt_node"
 UPDATE_ACT = "act"
 QUERY_STATE = "state"
 QUERY_EVENTS = "events"
@@ -117,6 +121,8 @@ class RunInput(_Model):
     webhooks: list[WebhookRef] = Field(default_factory=list)
     #: The entrypoint's attachments: references to files in the run store, never their bytes.
     attachments: list[Attachment] = Field(default_factory=list)
+    #: A resume's message for one node, its next user turn (`openflow runs resume --message`).
+    continuation: Continuation | None = None
 
 
 class RunResult(_Model):
@@ -244,6 +250,21 @@ class ReceiptInput(_Model):
     run_id: str = ""
 
 
+class RevertInput(_Model):
+    """One edit batch to undo in the run's execution folder, with its before-snapshots."""
+
+    run_id: str
+    execution_dir: str
+    batch: EditBatch
+
+
+class RevertResult(OmitDefaults, _Model):
+    """The files a revert restored, or why it changed nothing (`error` names the file)."""
+
+    paths: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
 class ReceiptResult(OmitDefaults, _Model):
     """The result a lost batch recorded in its receipt, or None when it left none."""
 
@@ -354,7 +375,7 @@ class Action(_Model):
     grants later calls of a tool; `by` says who decided.
     """
 
-    kind: Literal["input", "approval", "retry", "message"]
+    kind: Literal["input", "approval", "retry", "message", "interrupt", "revert"]
     node_id: str | None = None
     text: str | None = None
     approval_id: str | None = None
@@ -364,6 +385,8 @@ class Action(_Model):
     decisions: list[CallDecision] = Field(default_factory=list)
     remember: ToolGrant | None = None
     by: DecidedBy | None = None
+    #: The edit batch a `revert` undoes (`editBatches[].batch_id` of the state).
+    batch_id: str | None = None
 
     @model_validator(mode="after")
     def _approval_fields(self) -> Action:
@@ -458,6 +481,10 @@ __all__ = [
     "batch_key",
     "receipt_key",
     "ACTIVITY_RECEIPT",
+    "ACTIVITY_REVERT",
+    "RevertInput",
+    "RevertResult",
+    "SIGNAL_INTERRUPT",
     "TOOL_QUEUE_SUFFIX",
     "tool_task_queue",
     "WORKFLOW_TASK_TIMEOUT",

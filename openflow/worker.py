@@ -24,6 +24,7 @@ from openflow.activities.model_providers import ModelProviders, ProviderFactory
 from openflow.activities.model_turn import ModelTurnActivity
 from openflow.activities.prepare_run import PrepareRunActivity
 from openflow.activities.read_receipt import ReadReceiptActivity
+from openflow.activities.revert_batch import RevertBatchActivity
 from openflow.activities.run_files import RunFiles
 from openflow.activities.store import RunStore
 from openflow.activities.tool_batch import ToolBatchActivity
@@ -104,6 +105,7 @@ class Activities:
     tool_batch: ToolBatchActivity
     write_handoff: WriteHandoffActivity
     read_receipt: ReadReceiptActivity
+    revert_batch: RevertBatchActivity
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -112,6 +114,7 @@ class Activities:
             self.tool_batch.tool_batch,
             self.write_handoff.write_handoff,
             self.read_receipt.read_receipt,
+            self.revert_batch.revert_batch,
         ]
 
 
@@ -159,6 +162,7 @@ def make_activities(
         tool_batch=ToolBatchActivity(batches),
         write_handoff=WriteHandoffActivity(files),
         read_receipt=ReadReceiptActivity(files),
+        revert_batch=RevertBatchActivity(files),
     )
 
 
@@ -239,7 +243,11 @@ def build_worker(
     tools = Worker(
         client,
         task_queue=c.tool_task_queue(task_queue),
-        activities=[fn for fn in registered if _activity_name(fn) == c.ACTIVITY_TOOL_BATCH],
+        activities=[
+            fn
+            for fn in registered
+            if _activity_name(fn) in (c.ACTIVITY_TOOL_BATCH, c.ACTIVITY_REVERT)
+        ],
         max_concurrent_activities=pools.tool,
         build_id=build_id(),
         graceful_shutdown_timeout=timedelta(seconds=2),

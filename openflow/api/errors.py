@@ -37,7 +37,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from openflow.api.routing import BodyOverLimit
 from openflow.attachments import AttachmentError
 from openflow.catalog import CatalogError, WorkflowNotFoundError
-from openflow.client import ActionRejected, RunConflict, RunNotFound
+from openflow.client import ActionRejected, EditBatchNotFound, RunConflict, RunNotFound
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.settings import SettingsError
 
@@ -148,6 +148,8 @@ def as_http_error(exc: BaseException) -> HttpError | None:
         return exc
     if isinstance(exc, RunNotFound):
         return NotFound(f"{exc}; list your runs with GET /runs", code="run_not_found")
+    if isinstance(exc, EditBatchNotFound):
+        return NotFound(str(exc), code="edit_batch_not_found")
     if isinstance(exc, ActionRejected):
         return Conflict(str(exc), code="action_rejected")
     if isinstance(exc, RunConflict):
@@ -308,6 +310,7 @@ def install_error_handlers(app: FastAPI) -> None:
     for exc_type in (
         HttpError,
         RunNotFound,
+        EditBatchNotFound,
         ActionRejected,
         RunConflict,
         WorkflowAlreadyStartedError,

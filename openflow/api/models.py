@@ -128,6 +128,29 @@ class RetryBody(_Body):
         return Action(kind="retry", node_id=self.node_id, message=self.message)
 
 
+class InterruptBody(_Body):
+    """Interrupt one running node; it can be retried, with a message, later."""
+
+    node_id: str = Field(min_length=1)
+
+    def action(self) -> Action:
+        return Action(kind="interrupt", node_id=self.node_id)
+
+
+class ResumeBody(_Body):
+    """Resume from the checkpoint; with both fields, that node's next user turn is `message`."""
+
+    node_id: str | None = Field(default=None, min_length=1)
+    message: str | None = None
+
+
+class RevertResult(BaseModel):
+    """The files the revert restored to what they were before the edit batch."""
+
+    batch_id: str
+    paths: list[str]
+
+
 class MessageBody(_Body):
     """A live message to a node."""
 
@@ -199,6 +222,9 @@ __all__ = [
     "InboxAction",
     "InboxItem",
     "InputBody",
+    "InterruptBody",
+    "ResumeBody",
+    "RevertResult",
     "MessageBody",
     "RetryBody",
     "RunRef",

@@ -17,8 +17,11 @@ from openflow.api.models import (
     ActionResult,
     ApprovalBody,
     InputBody,
+    InterruptBody,
     MessageBody,
+    ResumeBody,
     RetryBody,
+    RevertResult,
     RunRef,
     RunStatus,
     StartRun,
@@ -288,12 +291,36 @@ async def stop_run(run_id: RunId, runs: RunsDep) -> RunRef:
     "/{run_id}/resume",
     status_code=202,
     response_model=RunRef,
+    responses=documented(400, 401, 404, 409, 422, 503),
+)
+async def resume_run(run_id: RunId, runs: RunsDep, body: ResumeBody | None = None) -> RunRef:
+    """Continue a stopped or failed run from its checkpoint, as a new execution.
+
+    With `node_id` and `message`, that node gets the message as its next user turn."""
+    body = body or ResumeBody()
+    await runs.resume(run_id, body.node_id, body.message)
+    return RunRef(run_id=run_id, status="running")
+
+
+@router.post("/{run_id}/interrupt", response_model=ActionResult, responses=_ACT_ERRORS)
+async def interrupt_node(run_id: RunId, body: InterruptBody, runs: RunsDep) -> ActionResult:
+    """Interrupt one running node: its model call or tool batch is cancelled."""
+    return await _act(runs, run_id, body.action())
+
+
+@router.post(
+    "/{run_id}/batches/{batch_id}/revert",
+    response_model=RevertResult,
     responses=documented(401, 404, 409, 422, 503),
 )
-async def resume_run(run_id: RunId, runs: RunsDep) -> RunRef:
-    """Continue a stopped or failed run from its checkpoint, as a new execution."""
-    await runs.resume(run_id)
-    return RunRef(run_id=run_id, status="running")
+async def revert_batch(
+    run_id: RunId,
+    batch_id: Annotated[str, Path(min_length=1, max_length=200)],
+    runs: RunsDep,
+) -> RevertResult:
+    """Restore the files an edit batch changed; refused (409) when one changed since."""
+    paths = await runs.revert(run_id, batch_id)
+    return RevertResult(batch_id=batch_id, paths=paths)
 
 
 __all__ = ["router"]

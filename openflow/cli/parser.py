@@ -14,10 +14,12 @@ from openflow.cli.runs import (
     cmd_runs_decide,
     cmd_runs_events,
     cmd_runs_input,
+    cmd_runs_interrupt,
     cmd_runs_list,
     cmd_runs_message,
     cmd_runs_resume,
     cmd_runs_retry,
+    cmd_runs_revert,
     cmd_runs_show,
     cmd_runs_stop,
     cmd_validate,
@@ -262,7 +264,28 @@ def _add_runs_actions(actions: Any) -> None:
 
     resume = actions.add_parser("resume", help="continue a stopped, paused or failed run")
     resume.add_argument("run_id", metavar="ID")
+    resume.add_argument(
+        "--message",
+        dest="continuation",
+        nargs=2,
+        metavar=("NODE", "TEXT"),
+        help="the node's next user turn when the run resumes (its answer or retry message)",
+    )
     resume.set_defaults(handler=cmd_runs_resume)
+
+    interrupt = actions.add_parser(
+        "interrupt", help="interrupt one running node (retry it later, with a message)"
+    )
+    interrupt.add_argument("run_id", metavar="ID")
+    interrupt.add_argument("node_id", metavar="NODE")
+    interrupt.set_defaults(handler=cmd_runs_interrupt)
+
+    revert = actions.add_parser(
+        "revert", help="restore the files an edit batch changed (see the state's editBatches)"
+    )
+    revert.add_argument("run_id", metavar="ID")
+    revert.add_argument("batch_id", metavar="BATCH_ID")
+    revert.set_defaults(handler=cmd_runs_revert)
 
 
 def _add_call_options(decide: argparse.ArgumentParser) -> None:
@@ -310,6 +333,7 @@ _ID_ARGUMENTS = (
     ("run_id", "ID"),
     ("node_id", "NODE"),
     ("approval_id", "APPROVAL"),
+    ("batch_id", "BATCH_ID"),
     ("workflow", "--workflow"),
 )
 _TEXT_ARGUMENTS = (("text", "TEXT"), ("message", "--message"), ("reason", "--reason"))
@@ -338,6 +362,12 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise BadInput(
                 f"{metavar} is not an id: give at most {MAX_ID_CHARS} printable characters"
             )
+    continuation = getattr(args, "continuation", None)
+    if continuation is not None:
+        node_id, text = continuation
+        if not node_id.strip() or not text.strip():
+            raise BadInput("--message takes a node id and a text, neither empty")
+        check_limit(lambda text: check_message(text, "the text"), text, "--message")
     for name, where in _TEXT_ARGUMENTS:
         value = getattr(args, name, None)
         if isinstance(value, str):

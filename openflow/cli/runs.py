@@ -373,12 +373,32 @@ def cmd_runs_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_resume(args: argparse.Namespace) -> int:
-    """`openflow runs resume ID`: a new execution from the run's checkpoint."""
+    """`openflow runs resume ID [--message NODE TEXT]`: a new execution from the checkpoint."""
+    node_id, text = args.continuation if args.continuation else (None, None)
 
     async def main() -> int:
         runs = await connect_runs()
-        await runs.resume(args.run_id)
-        print(f"resumed {args.run_id}")
+        await runs.resume(args.run_id, node_id, text)
+        print(f"resumed {args.run_id}" + (f" with a message to {node_id!r}" if node_id else ""))
+        return EXIT_OK
+
+    return run_main(main())
+
+
+def cmd_runs_interrupt(args: argparse.Namespace) -> int:
+    """`openflow runs interrupt ID NODE`: cancel a running node's work; retry it later."""
+    action = c.Action(kind="interrupt", node_id=args.node_id)
+    hint = f"interrupted {args.node_id!r} (retry it with `openflow runs retry {args.run_id} "
+    return _act(args.run_id, action, hint + f"{args.node_id} --message TEXT`)")
+
+
+def cmd_runs_revert(args: argparse.Namespace) -> int:
+    """`openflow runs revert ID BATCH_ID`: restore the files an edit batch changed."""
+
+    async def main() -> int:
+        runs = await connect_runs()
+        paths = await runs.revert(args.run_id, args.batch_id)
+        print(f"reverted edit batch {args.batch_id!r}: restored {', '.join(paths) or 'no files'}")
         return EXIT_OK
 
     return run_main(main())

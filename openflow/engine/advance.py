@@ -12,18 +12,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from openflow.engine.build import snapshot_agents
-from openflow.engine.events import ChatMessage, Error, RunResumed, RunStarted
+from openflow.engine.events import ActionIgnored, ChatMessage, Error, RunResumed, RunStarted
 from openflow.engine.facts import (
     IGNORED_TEXT_CHARS,
     announce_pauses,
     check,
+    give_input,
     on_fact,
     on_tools_unknown,
     retry,
 )
 from openflow.engine.graph import workflow_problems
 from openflow.engine.lifecycle import abort_child
-from openflow.engine.limits import MAX_ENTRYPOINT_BYTES, text_limit_problem
+from openflow.engine.limits import MAX_ENTRYPOINT_BYTES, MAX_MESSAGE_BYTES, text_limit_problem
 from openflow.engine.policy import EAGER_TOOLS, approval_decision
 from openflow.engine.protocol import (
     backoff_delay_ms,
@@ -35,6 +36,7 @@ from openflow.engine.protocol import (
 from openflow.engine.schedule import awaiting, schedule
 from openflow.engine.spec import CallableAgent, Workflow
 from openflow.engine.state import (
+    Continuation,
     Fact,
     Interrupted,
     NodeState,
@@ -199,8 +201,40 @@ def advance(snapshot: RunSnapshot, facts: Sequence[Fact], now_ms: int) -> Plan:
     return _finish(step)
 
 
-def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
+def continuation_problem(snapshot: RunSnapshot, node_id: str, text: str) -> str | None:
+    """Why a resume cannot give `node_id` the message `text`, or None when it can.
+
+    The node must be waiting for input, failed or interrupted once the resume has settled
+    what was in flight (a call or a subagent in flight is interrupted by it).
+    """
+    problem = text_limit_problem(MAX_MESSAGE_BYTES, text, "the message", "send a shorter text")
+    if problem is not None:
+        return problem
+    if not text.strip():
+        return "the message is empty"
+    ns = snapshot.nodes.get(node_id)
+    if ns is None or snapshot.workflow.find_node(node_id) is None:
+        known = ", ".join(sorted(snapshot.nodes))
+        return f"unknown node {node_id!r} (the run's nodes: {known})"
+    if (
+        ns.awaiting
+        or ns.failed is not None
+        or ns.interrupted
+        or ns.conversation.in_flight is not None
+        or ns.child is not None
+    ):
+        return None
+    return (
+        f"node {node_id!r} is not waiting, failed or interrupted, so a resume cannot give it "
+        "a message"
+    )
+
+
+def resume(snapshot: RunSnapshot, now_ms: int, continuation: Continuation | None = None) -> Plan:
     """Continue a stopped, paused or failed run: interrupted nodes are retried at once.
+
+    A `continuation` gives one node a message as its next user turn: its answer when it
+    waits for input, else the message of its retry (spec 8.5).
 
     Work that was in flight when the snapshot was taken is settled first: model calls are
     retried, read-only tool batches are sent again, and side-effecting batches are settled as
@@ -250,16 +284,36 @@ def resume(snapshot: RunSnapshot, now_ms: int) -> Plan:
             else:
                 ns.phase = Interrupted()
         if ns.interrupted:
-            retry(step, node_id, None)
+            given = continuation is not None and continuation.node_id == node_id
+            retry(step, node_id, continuation.text if given and continuation else None)
+    if continuation is not None:
+        _continue_with(step, snapshot, continuation)
     announce_pauses(step)
     schedule(step)
     return _finish(step)
+
+
+def _continue_with(step: Step, before: RunSnapshot, continuation: Continuation) -> None:
+    """Give the continuation to a node that waits or failed (an interrupted one already has
+    it as its retry's message); anything else is recorded as ignored."""
+    node_id = continuation.node_id
+    problem = continuation_problem(before, node_id, continuation.text)
+    if problem is not None:
+        action = {"kind": "continuation", "node_id": node_id}
+        step.emit(ActionIgnored(action=action, reason=problem))
+        return
+    ns = step.node(node_id)
+    if ns.awaiting:
+        give_input(step, node_id, continuation.text)
+    elif ns.failed is not None:
+        retry(step, node_id, continuation.text)
 
 
 __all__ = [
     "advance",
     "backoff_delay_ms",
     "check",
+    "continuation_problem",
     "eager_tools",
     "error_text",
     "jitter_ms",

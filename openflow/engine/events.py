@@ -83,12 +83,19 @@ class FileChangeRecord(_Model):
 
 
 class FileSnapshot(_Model):
-    """A file as it was before an edit batch touched it (`content` None when it did not exist)."""
+    """A file as it was before an edit batch touched it (`content` None when it did not exist).
+
+    `after_sha256` is what the batch left at `path` (None: the batch deleted it or moved it to
+    `rename_to`); `after_known` is False in batches recorded before it was kept.
+    """
 
     path: str
     existed: bool = True
     content: str | None = None
     sha256: str | None = None
+    after_known: bool = False
+    after_sha256: str | None = None
+    rename_to: str | None = None
 
 
 class EditBatch(_Model):
@@ -310,6 +317,18 @@ class EditBatchRecorded(_Event):
     batch: EditBatch
 
 
+class EditBatchReverted(_Event):
+    """A person undid an edit batch: its files are as they were before it (or, with `error`,
+    nothing was changed and the error says why)."""
+
+    type: Literal["EditBatchReverted"] = "EditBatchReverted"
+    node_id: str
+    label: str = ""
+    batch_id: str
+    paths: tuple[str, ...] = ()
+    error: str | None = None
+
+
 class ToolCompleted(_Event):
     type: Literal["ToolCompleted"] = "ToolCompleted"
     node_id: str
@@ -508,6 +527,7 @@ RunEvent = Annotated[
     | ToolArtifactCreated
     | FileChanged
     | EditBatchRecorded
+    | EditBatchReverted
     | ToolCompleted
     | NodeCompleted
     | NodeFailed
@@ -553,6 +573,7 @@ __all__ = [
     "ChatRole",
     "EditBatch",
     "EditBatchRecorded",
+    "EditBatchReverted",
     "Error",
     "FileChangeRecord",
     "FileChanged",

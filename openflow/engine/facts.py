@@ -25,12 +25,13 @@ from openflow.engine.conversation import (
 from openflow.engine.events import (
     ActionIgnored,
     ChatMessage,
+    EditBatchReverted,
     NodeErrored,
     ToolApproved,
     ToolDenied,
     ToolOutcomeUnknown,
 )
-from openflow.engine.lifecycle import fail_node, interrupt
+from openflow.engine.lifecycle import fail_node, interrupt, interrupt_node, interrupt_problem
 from openflow.engine.limits import MAX_MESSAGE_BYTES, text_limit_problem
 from openflow.engine.policy import SEAL_TOOL
 from openflow.engine.protocol import MAX_MODEL_ATTEMPT, error_text
@@ -38,10 +39,12 @@ from openflow.engine.schedule import end_review, on_review_reply
 from openflow.engine.state import (
     ActionMalformed,
     ApprovalDecided,
+    BatchReverted,
     CancelRequested,
     Fact,
     HandoffStored,
     InputGiven,
+    InterruptRequested,
     MessageSent,
     ModelFailed,
     ModelReplied,
@@ -50,6 +53,7 @@ from openflow.engine.state import (
     Ready,
     ReceiptRead,
     RetryRequested,
+    RevertRequested,
     RunSnapshot,
     TimerFired,
     ToolsFinished,
@@ -72,7 +76,7 @@ from openflow.engine.turn import (
     store_output,
 )
 
-Action = InputGiven | ApprovalDecided | RetryRequested | MessageSent
+Action = InputGiven | ApprovalDecided | RetryRequested | MessageSent | InterruptRequested
 
 #: How much of an over-long text an ignored-action event keeps.
 IGNORED_TEXT_CHARS = 1024
@@ -97,7 +101,9 @@ def on_fact(step: Step, fact: Fact) -> None:
         on_receipt_read(step, fact)
     elif isinstance(fact, HandoffStored):
         on_handoff(step, fact)
-    elif isinstance(fact, InputGiven | ApprovalDecided | RetryRequested | MessageSent):
+    elif isinstance(
+        fact, InputGiven | ApprovalDecided | RetryRequested | MessageSent | InterruptRequested
+    ):
         reason = check(s, fact)
         if reason is not None:
             too_long = s.limits and _text_over_limit(fact) is not None
@@ -105,6 +111,8 @@ def on_fact(step: Step, fact: Fact) -> None:
             step.emit(ActionIgnored(action=action, reason=reason))
         else:
             on_action(step, fact)
+    elif isinstance(fact, BatchReverted):
+        on_batch_reverted(step, fact)
     elif isinstance(fact, ActionMalformed):
         action = {"kind": fact.action, "payload": fact.payload}
         step.emit(ActionIgnored(action=action, reason=fact.reason, signal=fact.signal))
@@ -337,6 +345,8 @@ def on_action(step: Step, fact: Action) -> None:
         decide(step, fact)
     elif isinstance(fact, RetryRequested):
         retry(step, fact.node_id, fact.message)
+    elif isinstance(fact, InterruptRequested):
+        interrupt_node(step, fact.node_id)
     elif isinstance(fact, MessageSent):
         ns = step.node(fact.node_id)
         if ns.awaiting:
@@ -419,8 +429,14 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
         if batch is None or not batch.requires_approval:
             return f"no pending approval {action.approval_id!r}"
         return None
+    if isinstance(action, RevertRequested):
+        if batch_node(snapshot, action.batch_id) is None:
+            return f"no edit batch {action.batch_id!r} to revert (see the run's editBatches)"
+        return None
+    if isinstance(action, InterruptRequested):
+        return interrupt_problem(snapshot, action.node_id)
     if not isinstance(action, InputGiven | RetryRequested | MessageSent):
-        return "unknown action: expected input, approval, retry or message"
+        return "unknown action: expected input, approval, retry, message, interrupt or revert"
     node = snapshot.workflow.find_node(action.node_id)
     if action.node_id not in nodes or node is None:
         return f"unknown node {action.node_id!r}"
@@ -451,6 +467,33 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
     if not live:
         return f"node {action.node_id!r} is not active"
     return None
+
+
+def batch_node(snapshot: RunSnapshot, batch_id: str) -> str | None:
+    """The node whose changed files an edit batch made (still unreverted), or None."""
+    for node_id, ns in sorted(snapshot.nodes.items()):
+        if any(r.get("batch_id") == batch_id for r in ns.changed_files):
+            return node_id
+    return None
+
+
+def on_batch_reverted(step: Step, fact: BatchReverted) -> None:
+    """An edit batch was undone (its file records go), or refused (the trace says why)."""
+    node_id = batch_node(step.s, fact.batch_id)
+    if node_id is None:
+        return
+    if fact.error is None:
+        ns = step.node(node_id)
+        ns.changed_files = [r for r in ns.changed_files if r.get("batch_id") != fact.batch_id]
+    step.emit(
+        EditBatchReverted(
+            node_id=node_id,
+            label=step.label(node_id),
+            batch_id=fact.batch_id,
+            paths=fact.paths,
+            error=fact.error,
+        )
+    )
 
 
 def _text_over_limit(action: Any) -> str | None:
@@ -502,6 +545,7 @@ def announce_pauses(step: Step) -> None:
 __all__ = [
     "IGNORED_TEXT_CHARS",
     "announce_pauses",
+    "batch_node",
     "check",
     "on_action",
     "on_fact",

@@ -25,6 +25,7 @@ from openflow.engine.events import (
     ChatRole,
     EditBatch,
     EditBatchRecorded,
+    EditBatchReverted,
     Error,
     FileChanged,
     FileChangeRecord,
@@ -395,6 +396,8 @@ def _apply(s: WorkflowRunState, event: RunEvent) -> None:
             }
         case EditBatchRecorded():
             s.edit_batches = [*s.edit_batches, event.batch]
+        case EditBatchReverted():
+            _on_batch_reverted(s, event)
         case ToolCompleted():
             _on_tool_completed(s, event)
         case ToolOutcomeUnknown():
@@ -752,6 +755,23 @@ def _on_usage(s: WorkflowRunState, event: UsageReported) -> None:
 
 def _set_status(s: WorkflowRunState, node: str, status: AgentStatus) -> None:
     s.status_by_node = {**s.status_by_node, node: status}
+
+
+def _on_batch_reverted(s: WorkflowRunState, event: EditBatchReverted) -> None:
+    """A reverted batch leaves the edit batches and the changed files; a refusal only the trace."""
+    label = event.label
+    if event.error is not None:
+        message = f"revert of edit batch {event.batch_id} refused: {event.error}"
+        _trace(s, event.node_id, label, "paused", message, event.at_ms)
+        return
+    s.edit_batches = [b for b in s.edit_batches if b.batch_id != event.batch_id]
+    s.changed_files = [r for r in s.changed_files if r.batch_id != event.batch_id]
+    s.changed_files_by_node = {
+        node: [r for r in records if r.batch_id != event.batch_id]
+        for node, records in s.changed_files_by_node.items()
+    }
+    message = f"reverted edit batch {event.batch_id}: {', '.join(event.paths) or 'no files'}"
+    _trace(s, event.node_id, label, "completed", message, event.at_ms)
 
 
 def _trace(

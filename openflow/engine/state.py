@@ -709,6 +709,36 @@ class MessageSent(_Frozen):
     deliver_late: bool = Field(default=True, exclude=True)
 
 
+class InterruptRequested(_Frozen):
+    """A person interrupts one running node: its call or batch is cancelled (spec 5.5)."""
+
+    kind: Literal["interrupt"] = "interrupt"
+    node_id: str
+
+
+class RevertRequested(_Frozen):
+    """A person asks to undo one edit batch; checked like an action, done by an activity."""
+
+    kind: Literal["revert"] = "revert"
+    batch_id: str
+
+
+class BatchReverted(_Frozen):
+    """What undoing an edit batch did: the files restored, or why nothing was (`error`)."""
+
+    kind: Literal["batch_reverted"] = "batch_reverted"
+    batch_id: str
+    paths: tuple[str, ...] = ()
+    error: str | None = None
+
+
+class Continuation(_Frozen):
+    """The message a resume gives one node as its next user turn (OpenFlow's continuation)."""
+
+    node_id: str
+    text: str
+
+
 class ActionMalformed(_Frozen):
     """A signal whose payload did not parse: recorded as ignored, and it changes nothing else.
 
@@ -744,6 +774,8 @@ Fact = Annotated[
     | ApprovalDecided
     | RetryRequested
     | MessageSent
+    | InterruptRequested
+    | BatchReverted
     | ActionMalformed
     | TimerFired
     | CancelRequested,
@@ -793,6 +825,8 @@ class CancelWork(_Frozen):
 
     kind: Literal["cancel_work"] = "cancel_work"
     ids: tuple[str, ...]
+    #: The backoff timers to cancel with them; None cancels every timer (a stop).
+    timers: tuple[str, ...] | None = None
 
 
 class SleepUntil(_Frozen):
@@ -837,7 +871,11 @@ __all__ = [
     "Awaiting",
     "CallModel",
     "CancelRequested",
+    "BatchReverted",
     "CancelWork",
+    "Continuation",
+    "InterruptRequested",
+    "RevertRequested",
     "ChangeEvidencePacket",
     "ChildRun",
     "AwaitingInput",

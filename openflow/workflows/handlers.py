@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
     from openflow.engine.state import ActionMalformed
 
-ActionKind = Literal["input", "approval", "retry", "message"]
+ActionKind = Literal["input", "approval", "retry", "message", "interrupt", "revert"]
 
 # Signals recorded before required fields were checked applied an action without them.
 REQUIRED_FIELDS_PATCH = "signal-required-fields"
@@ -55,8 +55,11 @@ SIGNALS: dict[str, _Spec] = {
     ),
     c.SIGNAL_RETRY: _Spec("retry", ("node_id",), ("message",)),
     c.SIGNAL_MESSAGE: _Spec("message", ("node_id", "text"), ()),
+    c.SIGNAL_INTERRUPT: _Spec("interrupt", ("node_id",), ()),
 }
 ACTS: dict[str, _Spec] = {spec.kind: spec for spec in SIGNALS.values()}
+#: Revert is an update only: its caller waits for the files to be restored (or not).
+ACTS["revert"] = _Spec("revert", ("batch_id",), ())
 
 
 class Malformed(Exception):

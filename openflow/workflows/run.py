@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow.activities.model_turn import ModelTurnActivity
     from openflow.activities.prepare_run import PrepareRunActivity
     from openflow.activities.read_receipt import ReadReceiptActivity
+    from openflow.activities.revert_batch import RevertBatchActivity
     from openflow.activities.tool_batch import ToolBatchActivity
     from openflow.activities.write_handoff import WriteHandoffActivity
     from openflow.engine import advance as engine
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow.engine.state import (
         ActionMalformed,
         ApprovalDecided,
+        BatchReverted,
         CallModel,
         CancelRequested,
         CancelWork,
@@ -47,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         HandoffStored,
         InputGiven,
         Intent,
+        InterruptRequested,
         MessageSent,
         ModelFailed,
         ModelReplied,
@@ -54,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         ReadReceipt,
         ReceiptRead,
         RetryRequested,
+        RevertRequested,
         RunSnapshot,
         RunTools,
         SleepUntil,
@@ -119,7 +123,15 @@ class EngineFault(ApplicationError):
 
 def _action_fact(
     action: c.Action, snapshot: RunSnapshot | None = None, source: str = c.UPDATE_ACT
-) -> InputGiven | ApprovalDecided | ActionMalformed | RetryRequested | MessageSent:
+) -> (
+    InputGiven
+    | ApprovalDecided
+    | ActionMalformed
+    | RetryRequested
+    | MessageSent
+    | InterruptRequested
+    | RevertRequested
+):
     if action.kind == "input":
         return InputGiven(
             node_id=action.node_id or "",
@@ -130,6 +142,10 @@ def _action_fact(
         return approval_fact(action, snapshot, source)
     if action.kind == "retry":
         return RetryRequested(node_id=action.node_id or "", message=action.message)
+    if action.kind == "interrupt":
+        return InterruptRequested(node_id=action.node_id or "")
+    if action.kind == "revert":
+        return RevertRequested(batch_id=action.batch_id or "")
     return MessageSent(node_id=action.node_id or "", text=action.text or "")
 
 
@@ -264,7 +280,7 @@ class OpenFlowRun:
             self._execution_dir = inp.execution_dir or inp.snapshot.execution_dir
             self._webhooks = inp.webhooks
             if inp.resume:
-                plan = engine.resume(inp.snapshot, now)
+                plan = engine.resume(inp.snapshot, now, inp.continuation)
             else:
                 plan = Plan(snapshot=inp.snapshot, status=inp.snapshot.status)
                 self._snapshot = inp.snapshot
@@ -313,7 +329,15 @@ class OpenFlowRun:
         self._applied += sum(
             1
             for f in facts
-            if isinstance(f, InputGiven | ApprovalDecided | RetryRequested | MessageSent)
+            if isinstance(
+                f,
+                InputGiven
+                | ApprovalDecided
+                | RetryRequested
+                | MessageSent
+                | InterruptRequested
+                | BatchReverted,
+            )
         )
         self._apply(plan, [])
         # Eager results answer only a batch planned in the step that took their reply.
@@ -456,8 +480,9 @@ class OpenFlowRun:
                 task = self._tasks.get(work_id)
                 if task is not None and not task.done():
                     task.cancel()
-            for timer in self._timers.values():
-                timer.cancel()
+            for key, timer in self._timers.items():
+                if intent.timers is None or key.removeprefix("timer:") in intent.timers:
+                    timer.cancel()
 
     def _take_eager(self, intent: RunTools) -> bool:
         """Answer a batch with the results its model turn already brought, if they are its own."""
@@ -806,6 +831,9 @@ class OpenFlowRun:
 
     def _receive(self, action: c.Action, source: str = c.UPDATE_ACT) -> None:
         fact = _action_fact(action, self._snapshot, source)
+        if isinstance(fact, RevertRequested):
+            # A revert needs the update (it runs an activity); a signal carries none.
+            return
         # Runs recorded when an input to a failed node was ignored, or a message taken during
         # a node's last turn was lost to its submit, replay as they ran.
         if isinstance(fact, InputGiven):
@@ -839,14 +867,59 @@ class OpenFlowRun:
     def send_message(self, action: c.Action) -> None:
         self._receive(action)
 
+    @action_signal(c.SIGNAL_INTERRUPT)
+    def interrupt_node(self, action: c.Action) -> None:
+        self._receive(action)
+
     @workflow.update(name=c.UPDATE_ACT)
     async def act(self, *args: Any) -> dict[str, Any]:
         # The validator read these arguments when the update arrived (it does not run again on
         # replay), so they parse: the same model as before.
-        self._receive(c.Action.model_validate(args[0]))
+        action = c.Action.model_validate(args[0])
+        if action.kind == "revert":
+            return await self._revert(action.batch_id or "")
+        self._receive(action)
         target = self._received
         await workflow.wait_condition(lambda: self._applied >= target or self._finished())
         return {"accepted": True, "status": self._status}
+
+    async def _revert(self, batch_id: str) -> dict[str, Any]:
+        """Undo an edit batch in an activity; the engine records what it did."""
+        batch = self._edit_batch(batch_id)
+        if batch is None or self._snapshot is None:  # the validator checked both
+            return {"accepted": False, "status": self._status, "error": "no such edit batch"}
+        try:
+            result = await workflow.execute_activity_method(
+                RevertBatchActivity.revert_batch,
+                c.RevertInput(
+                    run_id=self._snapshot.run_id,
+                    execution_dir=self._execution_dir or self._snapshot.execution_dir,
+                    batch=batch,
+                ),
+                task_queue=c.tool_task_queue(workflow.info().task_queue),
+                start_to_close_timeout=timedelta(minutes=2),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"revert · {batch_id}",
+            )
+        except ActivityError as exc:
+            result = c.RevertResult(error=f"the revert did not finish: {exc.cause or exc}")
+        self._received += 1
+        target = self._received
+        self._facts.append(
+            BatchReverted(batch_id=batch_id, paths=tuple(result.paths), error=result.error)
+        )
+        await workflow.wait_condition(lambda: self._applied >= target or self._finished())
+        return {
+            "accepted": result.error is None,
+            "status": self._status,
+            "paths": result.paths,
+            "error": result.error,
+        }
+
+    def _edit_batch(self, batch_id: str) -> Any:
+        """The edit batch with its before-snapshots, as the run's events recorded it."""
+        return next((b for b in self._projection().edit_batches if b.batch_id == batch_id), None)
 
     @act.validator
     def _validate_act(self, *args: Any) -> None:
@@ -862,6 +935,8 @@ class OpenFlowRun:
         reason = engine.check(self._snapshot, fact)
         if reason is not None:
             raise ValueError(reason)
+        if isinstance(fact, RevertRequested) and self._edit_batch(fact.batch_id) is None:
+            raise ValueError(f"edit batch {fact.batch_id!r} is too old: its snapshots are gone")
 
     def _finished(self) -> bool:
         return self._snapshot is not None and self._snapshot.finished
@@ -887,6 +962,7 @@ class OpenFlowRun:
                 "snapshot": None,
                 "events": [],
                 "pending_intents": [],
+                "continuation": None,
             }
         )
         return {

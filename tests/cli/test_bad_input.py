@@ -31,6 +31,9 @@ RUN_ACTIONS = [
     ["runs", "message", "run-nope", "plan", "hello"],
     ["runs", "stop", "run-nope"],
     ["runs", "resume", "run-nope"],
+    ["runs", "resume", "run-nope", "--message", "plan", "go on"],
+    ["runs", "interrupt", "run-nope", "plan"],
+    ["runs", "revert", "run-nope", "batch-1"],
 ]
 
 
@@ -131,6 +134,11 @@ async def test_unknown_run_is_one_line_for_every_action(
         (["runs", "approve", "run-x", "a" * 1001], "APPROVAL is not an id"),
         (["runs", "input", "run-x", "ask", "x" * 70_000], "max_message_bytes"),
         (["runs", "retry", "run-x", "ask", "--message", "x" * 70_000], "--message"),
+        (["runs", "resume", "run-x", "--message", "ask", "x" * 70_000], "--message"),
+        (["runs", "resume", "run-x", "--message", " ", "hi"], "--message takes a node id"),
+        (["runs", "resume", "run-x", "--message", "ask"], "expected 2 arguments"),
+        (["runs", "interrupt", "run-x", ""], "NODE is empty"),
+        (["runs", "revert", "run-x", ""], "BATCH_ID is empty"),
         (["runs", "deny", "run-x", "ap-1", "--reason", "x" * 70_000], "--reason"),
         # unknown flags
         (["--bogus"], "unrecognized option '--bogus'"),

@@ -239,3 +239,50 @@ async def test_the_follower_shows_the_post_run_reviews_suggestions() -> None:
     text = out.getvalue()
     assert "suggestion [tools] (look): Read once — List first, then read what you need." in text
     assert text.rstrip().endswith("■ run completed")
+
+
+async def test_interrupt_retry_and_revert_through_the_cli(
+    openflow_env: dict[str, str], runs: Runs, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("before\n")
+    write = {"name": "write", "args": {"path": "a.txt", "content": "after\n"}, "id": "call-w"}
+    write_scripted_settings(
+        home_of(openflow_env),
+        {
+            "slow": [
+                {"tools": [{"name": "bash", "args": {"command": "sleep 30"}, "id": "call-sleep"}]},
+                {"tools": [write]},
+                {"ask": "More?"},
+                {"submit": {"summary": "done"}},
+            ]
+        },
+        exhausted=None,
+    )
+    wf = workflow("slow-flow", node("slow", requestUserInput=True, tools={"approvalMode": "yolo"}))
+    path = write_workflow(tmp_path, wf)
+    started = await openflow(openflow_env, "run", str(path), "--detach", "--project", str(project))
+    assert started.code == 0, started.stderr
+    run_id = started.lines[0]
+    await wait_state(runs, run_id, lambda s: s["statusByNode"]["slow"] == "running_tool")
+    interrupted = await openflow(openflow_env, "runs", "interrupt", run_id, "slow")
+    assert interrupted.code == 0, interrupted.stderr
+    await wait_state(runs, run_id, lambda s: s["statusByNode"]["slow"] == "interrupted")
+    again = await openflow(openflow_env, "runs", "interrupt", run_id, "slow")
+    assert again.code == 2 and len(again.stderr.splitlines()) == 1
+    assert "already interrupted" in again.stderr
+    retried = await openflow(openflow_env, "runs", "retry", run_id, "slow", "--message", "go")
+    assert retried.code == 0, retried.stderr
+    state = await wait_state(runs, run_id, lambda s: s["awaitingNodeIds"] == ["slow"])
+    (batch,) = state["editBatches"]
+    assert (project / "a.txt").read_text() == "after\n"
+    reverted = await openflow(openflow_env, "runs", "revert", run_id, batch["batch_id"])
+    assert reverted.code == 0 and "restored a.txt" in reverted.stdout, reverted.stderr
+    assert (project / "a.txt").read_text() == "before\n"
+    unknown = await openflow(openflow_env, "runs", "revert", run_id, batch["batch_id"])
+    assert unknown.code == 2 and "no edit batch" in unknown.stderr
+    idle = await openflow(openflow_env, "runs", "interrupt", run_id, "slow")
+    assert idle.code == 2 and "waits for input" in idle.stderr
+    await openflow(openflow_env, "runs", "input", run_id, "slow", "no")
+    assert (await wait_state(runs, run_id, lambda s: s["status"] == "completed"))["status"]

@@ -357,7 +357,10 @@ class Driver:
             if isinstance(intent, CancelWork):
                 ids = set(intent.ids)
                 self.pending = [i for i in self.pending if _work_id(i) not in ids]
-                self.timers.clear()
+                if intent.timers is None:
+                    self.timers.clear()
+                for key in intent.timers or ():
+                    self.timers.pop(key, None)
             elif isinstance(intent, SleepUntil):
                 self.timers[intent.node_id] = intent.wake_at_ms
             else:

@@ -16,6 +16,7 @@ from openflow.engine.events import (
     ChatMessageDelta,
     EditBatch,
     EditBatchRecorded,
+    EditBatchReverted,
     Error,
     FileChanged,
     FileChangeRecord,
@@ -197,6 +198,7 @@ EXAMPLES: list[Any] = [
     RunResumed(from_status="stopped"),
     NodeRetrying(node_id="plan", label="Plan", attempt=2, backoff_ms=2000, error="503"),
     ToolOutcomeUnknown(node_id="plan", tool_call_id="call-1", tool_name="bash"),
+    EditBatchReverted(node_id="plan", label="Plan", batch_id="edit-1", paths=("a.txt",)),
 ]
 
 
@@ -207,7 +209,7 @@ def _variant_names() -> set[str]:
 
 def test_examples_cover_every_variant() -> None:
     assert {event.type for event in EXAMPLES} == _variant_names()
-    assert len(_variant_names()) == 38
+    assert len(_variant_names()) == 39
 
 
 @pytest.mark.parametrize("by_alias", [False, True])

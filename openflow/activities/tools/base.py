@@ -152,6 +152,8 @@ class FileChange:
     before: Snapshot
     rename_to: str | None = None
     diff_summary: str | None = None
+    #: SHA-256 of what the change left (at `rename_to` for a rename); None after a delete.
+    after_sha256: str | None = None
 
 
 @dataclass(frozen=True)

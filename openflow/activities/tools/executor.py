@@ -232,8 +232,13 @@ def _emit(ctx: ToolContext, event: RunEvent) -> None:
 def _snapshot(ctx: ToolContext, change: FileChange) -> FileSnapshot:
     """Store a before-snapshot under `snapshots/{sha256}`; inline it when it is small text."""
     before = change.before.content
+    after = {
+        "after_known": True,
+        "after_sha256": change.after_sha256,
+        "rename_to": change.rename_to,
+    }
     if before is None:
-        return FileSnapshot(path=change.path, existed=False)
+        return FileSnapshot(path=change.path, existed=False, **after)
     digest = hashlib.sha256(before).hexdigest()
     store = ctx.run_dir / "snapshots" / digest
     if not store.exists():
@@ -244,7 +249,7 @@ def _snapshot(ctx: ToolContext, change: FileChange) -> FileSnapshot:
             inline = before.decode("utf-8")
         except UnicodeDecodeError:
             inline = None
-    return FileSnapshot(path=change.path, existed=True, content=inline, sha256=digest)
+    return FileSnapshot(path=change.path, existed=True, content=inline, sha256=digest, **after)
 
 
 def _persist_batch(

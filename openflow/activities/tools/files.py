@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 import uuid
@@ -116,6 +117,7 @@ def file_change(
         before=Snapshot(path=rel, content=before),
         rename_to=rename_to,
         diff_summary=diff_summary(before, after),
+        after_sha256=hashlib.sha256(after).hexdigest() if after is not None else None,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 
@@ -141,7 +143,14 @@ async def test_write_creates_parent_folders_and_records_the_change(harness) -> N
     [changed] = harness.of_type("FileChanged")
     assert changed["record"] == record
     [batch] = harness.of_type("EditBatchRecorded")
-    assert batch["batch"]["snapshots"] == [{"path": "deep/er/new.txt", "existed": False}]
+    assert batch["batch"]["snapshots"] == [
+        {
+            "path": "deep/er/new.txt",
+            "existed": False,
+            "after_known": True,
+            "after_sha256": hashlib.sha256(b"hi\n").hexdigest(),
+        }
+    ]
     assert batch["batch"]["batch_id"] == record["batch_id"]
     assert (batch["batch"]["tool_call_id"], batch["batch"]["tool_name"]) == ("c1", "write")
     kinds = [e["type"] for e in harness.events]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gzip
 import json
 import sys
@@ -30,6 +31,7 @@ from temporalio.client import Client
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from openflow.client import RunConflict
 from openflow.contracts import Action
 from openflow.engine.spec import Workflow
 from openflow.server import EmbeddedServer, free_port
@@ -458,6 +460,70 @@ async def continue_as_new(h: Harness) -> list[str]:
 
 
 SHORT_HISTORY.add("continue_as_new")
+
+
+def _running_tool(node_id: str) -> Callable[[dict[str, Any]], bool]:
+    def check(state: dict[str, Any]) -> bool:
+        rows = state.get("toolCallsByNode", {}).get(node_id, [])
+        return any(row["status"] == "running" for row in rows)
+
+    return check
+
+
+@scenario
+async def interrupt_then_retry(h: Harness) -> list[str]:
+    """One node interrupted in a slow bash while another goes on, then retried with a message."""
+    sleep = {"name": "bash", "args": {"command": "sleep 30"}, "id": "call-sleep"}
+    h.script({"slow": [tools(sleep), summary("again")], "other": [summary("other")]})
+    run_id = await h.start(make_workflow([yolo("slow"), yolo("other")], []))
+    await h.wait_for(run_id, _running_tool("slow"))
+    await h.runs.interrupt(run_id, "slow")
+    await h.wait_for(run_id, lambda s: s["statusByNode"]["slow"] == "interrupted")
+    await h.runs.act(run_id, Action(kind="retry", node_id="slow", message="skip it"))
+    return await completed(h, run_id)
+
+
+@scenario
+async def interrupt_by_signal_then_resume_with_message(h: Harness) -> list[str]:
+    """An interrupt by signal (and one for a node that is not running), a stop, a resume
+    with a message for the interrupted node."""
+    sleep = {"name": "bash", "args": {"command": "sleep 30"}, "id": "call-sleep"}
+    h.script({"slow": [tools(sleep), summary("resumed")]})
+    run_id = await h.start(make_workflow([yolo("slow")], []))
+    await h.wait_for(run_id, _running_tool("slow"))
+    await h.handle(run_id).signal("interrupt_node", {"node_id": "nope"})
+    await h.handle(run_id).signal("interrupt_node", {"node_id": "slow"})
+    await h.wait_for(run_id, lambda s: s["statusByNode"]["slow"] == "interrupted")
+    await h.runs.stop(run_id)
+    await h.result(run_id)
+    await h.runs.resume(run_id, "slow", "carry on")
+    return await completed(h, run_id)
+
+
+@scenario
+async def revert_edit_batches(h: Harness) -> list[str]:
+    """A revert restored, one refused after a later edit, at a pause."""
+    h.script(
+        {
+            "edit": [
+                tools(write("a.txt", "after a", "call-a")),
+                tools(write("b.txt", "after b", "call-b")),
+                {"ask": "More?"},
+                summary("edited"),
+            ]
+        }
+    )
+    run_id = await h.start(make_workflow([yolo("edit", requestUserInput=True)], []))
+    await until_asked(h, run_id, "edit")
+    state = await h.state(run_id)
+    by_call = {b["tool_call_id"]: b["batch_id"] for b in state["editBatches"]}
+    await h.runs.revert(run_id, by_call["call-a"])
+    folder = (await h.handle(run_id).query("checkpoint", result_type=dict))["input"]
+    (Path(folder["execution_dir"]) / "b.txt").write_text("by hand")
+    with contextlib.suppress(RunConflict):
+        await h.runs.revert(run_id, by_call["call-b"])
+    await h.runs.act(run_id, Action(kind="input", node_id="edit", text="no"))
+    return await completed(h, run_id)
 
 
 # --- subagents, plan mode, review ----------------------------------------------------------

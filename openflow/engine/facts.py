@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from openflow.engine import prompts
+from openflow.engine.budget import check_budget, held, raised, reached
 from openflow.engine.classify import classify_failure
 from openflow.engine.conversation import (
     Seat,
     add_result,
+    announce_attempt,
     append,
     close_open,
     conversation,
@@ -38,6 +40,7 @@ from openflow.engine.schedule import end_review, on_review_reply
 from openflow.engine.state import (
     ActionMalformed,
     ApprovalDecided,
+    BudgetSet,
     CancelRequested,
     Fact,
     HandoffStored,
@@ -72,7 +75,7 @@ from openflow.engine.turn import (
     store_output,
 )
 
-Action = InputGiven | ApprovalDecided | RetryRequested | MessageSent
+Action = InputGiven | ApprovalDecided | RetryRequested | MessageSent | BudgetSet
 
 #: How much of an over-long text an ignored-action event keeps.
 IGNORED_TEXT_CHARS = 1024
@@ -97,7 +100,7 @@ def on_fact(step: Step, fact: Fact) -> None:
         on_receipt_read(step, fact)
     elif isinstance(fact, HandoffStored):
         on_handoff(step, fact)
-    elif isinstance(fact, InputGiven | ApprovalDecided | RetryRequested | MessageSent):
+    elif isinstance(fact, InputGiven | ApprovalDecided | RetryRequested | MessageSent | BudgetSet):
         reason = check(s, fact)
         if reason is not None:
             too_long = s.limits and _text_over_limit(fact) is not None
@@ -334,6 +337,8 @@ def on_action(step: Step, fact: Action) -> None:
         decide(step, fact)
     elif isinstance(fact, RetryRequested):
         retry(step, fact.node_id, fact.message)
+    elif isinstance(fact, BudgetSet):
+        set_budget(step, fact)
     elif isinstance(fact, MessageSent):
         ns = step.node(fact.node_id)
         if ns.awaiting:
@@ -398,6 +403,21 @@ def retry(step: Step, node_id: str, message: str | None) -> None:
         step.emit(ChatMessage(node_id=node_id, role="user", content=message))
 
 
+def set_budget(step: Step, fact: BudgetSet) -> None:
+    """Take a person's budget; the nodes it held go on at once when the run may call again."""
+    s = step.s
+    s.budget = raised(s, fact)
+    if reached(s) is not None:
+        return
+    for node_id, ns in sorted(s.nodes.items()):
+        if node_id not in step.by_id or not held(ns):
+            continue
+        retry(step, node_id, None)
+        if ns.child is not None:
+            # Its subagent calls next: the node shows as running again meanwhile.
+            announce_attempt(step, Seat(node_id), step.label(node_id))
+
+
 def check(snapshot: RunSnapshot, action: Any) -> str | None:
     """Why a human action matches nothing pending, or None when it applies (the `act` validator)."""
     if snapshot.finished:
@@ -412,8 +432,10 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
         if batch is None or not batch.requires_approval:
             return f"no pending approval {action.approval_id!r}"
         return None
+    if isinstance(action, BudgetSet):
+        return check_budget(action)
     if not isinstance(action, InputGiven | RetryRequested | MessageSent):
-        return "unknown action: expected input, approval, retry or message"
+        return "unknown action: expected input, approval, retry, message or budget"
     node = snapshot.workflow.find_node(action.node_id)
     if action.node_id not in nodes or node is None:
         return f"unknown node {action.node_id!r}"
@@ -499,4 +521,5 @@ __all__ = [
     "on_action",
     "on_fact",
     "retry",
+    "set_budget",
 ]

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
     from openflow.engine.state import ActionMalformed
 
-ActionKind = Literal["input", "approval", "retry", "message"]
+ActionKind = Literal["input", "approval", "retry", "message", "budget"]
 
 # Signals recorded before required fields were checked applied an action without them.
 REQUIRED_FIELDS_PATCH = "signal-required-fields"
@@ -57,6 +57,8 @@ SIGNALS: dict[str, _Spec] = {
     c.SIGNAL_MESSAGE: _Spec("message", ("node_id", "text"), ()),
 }
 ACTS: dict[str, _Spec] = {spec.kind: spec for spec in SIGNALS.values()}
+# A budget is set through `act` only; the engine's check wants one of its fields.
+ACTS["budget"] = _Spec("budget", (), ("max_cost_usd", "max_tokens"))
 
 
 class Malformed(Exception):

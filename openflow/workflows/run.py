@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow.engine.state import (
         ActionMalformed,
         ApprovalDecided,
+        BudgetSet,
         CallModel,
         CancelRequested,
         CancelWork,
@@ -118,7 +119,7 @@ class EngineFault(ApplicationError):
 
 def _action_fact(
     action: c.Action, snapshot: RunSnapshot | None = None, source: str = c.UPDATE_ACT
-) -> InputGiven | ApprovalDecided | ActionMalformed | RetryRequested | MessageSent:
+) -> InputGiven | ApprovalDecided | ActionMalformed | RetryRequested | MessageSent | BudgetSet:
     if action.kind == "input":
         return InputGiven(
             node_id=action.node_id or "",
@@ -129,6 +130,8 @@ def _action_fact(
         return approval_fact(action, snapshot, source)
     if action.kind == "retry":
         return RetryRequested(node_id=action.node_id or "", message=action.message)
+    if action.kind == "budget":
+        return BudgetSet(max_cost_usd=action.max_cost_usd, max_tokens=action.max_tokens)
     return MessageSent(node_id=action.node_id or "", text=action.text or "")
 
 
@@ -256,6 +259,7 @@ class OpenFlowRun:
                 review=workflow.patched(POST_RUN_REVIEW),
                 # Runs recorded before the input limits existed must replay as they ran too.
                 limits=workflow.patched(INPUT_LIMITS),
+                budget=inp.budget,
             )
         else:
             self._profiles = inp.profiles or {}

@@ -316,7 +316,9 @@ class OpenFlowRun:
         self._applied += sum(
             1
             for f in facts
-            if isinstance(f, InputGiven | ApprovalDecided | RetryRequested | MessageSent)
+            if isinstance(
+                f, InputGiven | ApprovalDecided | RetryRequested | MessageSent | BudgetSet
+            )
         )
         self._apply(plan, [])
         # Eager results answer only a batch planned in the step that took their reply.

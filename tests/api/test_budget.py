@@ -70,6 +70,7 @@ async def test_a_tiny_budget_pauses_and_raising_it_completes_the_run(
     assert spent >= 0.005
     shown = await openflow("runs", "show", run_id)
     assert shown.returncode == 0 and "budget reached" in shown.stdout
+    assert f"answer: openflow runs budget {run_id} --max-cost USD" in shown.stdout
     listed = await openflow("runs", "list", "--cost")
     line = next(row for row in listed.stdout.splitlines() if row.startswith(run_id))
     assert f"~${spent:.4f}" in line

@@ -63,6 +63,8 @@ async def test_a_tiny_budget_pauses_and_raising_it_completes_the_run(
     assert item["node_id"] == "work"
     assert item["error"].startswith("budget reached: $0.0")
     assert f"openflow runs budget {run_id} --max-cost USD" in item["error"]
+    raise_it = next(a for a in item["actions"] if a["label"] == "raise budget")
+    assert raise_it["path"] == f"/runs/{run_id}/budget" and raise_it["body"] == {"maxCostUsd": None}
     state = (await api.get(f"/runs/{run_id}")).json()
     assert state["status"] == "paused" and state["statusByNode"]["work"] == "failed"
     assert "budget" in state["lastError"]

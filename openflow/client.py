@@ -48,7 +48,7 @@ from openflow.engine.advance import continuation_problem
 from openflow.engine.facts import batch_node
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import check_entrypoint, check_message
-from openflow.engine.spec import Workflow
+from openflow.engine.spec import Budget, Workflow
 from openflow.engine.state import Continuation, RunSnapshot
 from openflow.engine.transcript import Attachment
 
@@ -197,9 +197,11 @@ class Runs:
         project_dir: str | None = None,
         provider_id: str | None = None,
         attachments: Sequence[Attachment] = (),
+        budget: Budget | None = None,
     ) -> RunStart:
         """What starting a run of `workflow` sends, checked; an empty `run_id` means the run
-        takes its workflow id (a schedule's runs, whose ids Temporal makes)."""
+        takes its workflow id (a schedule's runs, whose ids Temporal makes). `budget` is the
+        run's own, over the workflow's `settings.budget` field by field."""
         problems = workflow_problems(workflow)
         if problems:
             raise InvalidWorkflow("; ".join(str(p) for p in problems))
@@ -223,6 +225,7 @@ class Runs:
                 provider_id=provider_id,
                 tenant=self.tenant,
                 attachments=list(attachments),
+                budget=budget if budget is not None and not budget.empty else None,
             ),
             search_attributes=attrs,
             static_summary=f"{workflow.name} · {entrypoint[:60]}" if entrypoint else workflow.name,
@@ -238,6 +241,7 @@ class Runs:
         provider_id: str | None = None,
         attachments: Sequence[Upload] = (),
         allow_concurrent: bool = False,
+        budget: Budget | None = None,
     ) -> str:
         """Start a run of `workflow` as it is now; later edits to the file change nothing.
 
@@ -246,7 +250,9 @@ class Runs:
         unless `allow_concurrent` (OpenFlow's mutation gate; see `changing_run`).
         """
         run_id = check_run_id(run_id) if run_id else new_run_id()
-        request = self.start_request(workflow, entrypoint, run_id, project_dir, provider_id)
+        request = self.start_request(
+            workflow, entrypoint, run_id, project_dir, provider_id, budget=budget
+        )
         prepared = prepare(attachments) if attachments else []
         project = os.path.realpath(project_dir) if project_dir else None
         if project is not None and changes_files(workflow) and not allow_concurrent:

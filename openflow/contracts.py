@@ -21,7 +21,7 @@ from pydantic import (
 
 from openflow.engine.events import EditBatch
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
-from openflow.engine.spec import CallableAgent, Workflow
+from openflow.engine.spec import Budget, CallableAgent, CostUsd, TokenCount, Workflow
 from openflow.engine.state import (
     Continuation,
     Intent,
@@ -123,6 +123,8 @@ class RunInput(_Model):
     attachments: list[Attachment] = Field(default_factory=list)
     #: A resume's message for one node, its next user turn (`openflow runs resume --message`).
     continuation: Continuation | None = None
+    #: The run's own budget, over the workflow's `settings.budget` field by field.
+    budget: Budget | None = None
 
 
 class RunResult(_Model):
@@ -372,10 +374,11 @@ class Action(_Model):
 
     An approval decides its whole batch with `allow` (and `reason` for a denial); `decisions`
     decide calls one by one, `allow` then deciding the calls they leave out. `remember`
-    grants later calls of a tool; `by` says who decided.
+    grants later calls of a tool; `by` says who decided. A budget action sets the run's
+    `max_cost_usd` and/or `max_tokens` (the others stay).
     """
 
-    kind: Literal["input", "approval", "retry", "message", "interrupt", "revert"]
+    kind: Literal["input", "approval", "retry", "message", "interrupt", "revert", "budget"]
     node_id: str | None = None
     text: str | None = None
     approval_id: str | None = None
@@ -387,12 +390,24 @@ class Action(_Model):
     by: DecidedBy | None = None
     #: The edit batch a `revert` undoes (`editBatches[].batch_id` of the state).
     batch_id: str | None = None
+    max_cost_usd: CostUsd | None = None
+    max_tokens: TokenCount | None = None
+
+    @field_validator("max_cost_usd", mode="before")
+    @classmethod
+    def _whole_usd(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
 
     @model_validator(mode="after")
     def _approval_fields(self) -> Action:
         if self.kind != "approval" and (self.decisions or self.remember is not None):
             field = "decisions" if self.decisions else "remember"
             raise ValueError(f"{field}: only an approval carries it")
+        if self.kind != "budget" and (self.max_cost_usd is not None or self.max_tokens is not None):
+            field = "max_cost_usd" if self.max_cost_usd is not None else "max_tokens"
+            raise ValueError(f"{field}: only a budget action carries it")
         check_decisions(self.decisions)
         return self
 

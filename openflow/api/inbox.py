@@ -183,11 +183,20 @@ def pending_items(
                 since_ms=_since(state, node, "failed" if status == "failed" else "paused")
                 or start_ms,
                 actions=[
-                    InboxAction(label="retry", path=f"{run_path}/retry", body={"node_id": node})
+                    InboxAction(label="retry", path=f"{run_path}/retry", body={"node_id": node}),
+                    *_budget_actions(run_path, error),
                 ],
             )
         )
     return items
+
+
+def _budget_actions(run_path: str, error: str | None) -> list[InboxAction]:
+    """For a node its budget holds: the request that raises the budget (fill in the field)."""
+    if not error or not error.startswith("budget reached"):
+        return []
+    field = "maxTokens" if "tokens spent" in error else "maxCostUsd"
+    return [InboxAction(label="raise budget", path=f"{run_path}/budget", body={field: None})]
 
 
 def _labels(state: WorkflowRunState) -> dict[str, str]:

@@ -19,7 +19,7 @@ from openflow.contracts import (
     ToolGrant,
     check_decisions,
 )
-from openflow.engine.spec import Workflow
+from openflow.engine.spec import Budget, CostUsd, TokenCount, Workflow
 from openflow.engine.transcript import ToolCall
 
 RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
@@ -55,6 +55,11 @@ class StartRun(_Body):
         default=False,
         alias="allowConcurrent",
         description="Start even while another run is changing `project_dir` (the mutation gate)",
+    )
+    budget: Budget | None = Field(
+        default=None,
+        description="What the run may spend, `{maxCostUsd?, maxTokens?}`: over the workflow's "
+        "`settings.budget` field by field",
     )
 
     @model_validator(mode="after")
@@ -149,6 +154,31 @@ class RevertResult(BaseModel):
 
     batch_id: str
     paths: list[str]
+
+
+class BudgetBody(_Body):
+    """Set the run's budget: the fields given replace the run's, the others stay."""
+
+    max_cost_usd: CostUsd | None = Field(
+        default=None,
+        alias="maxCostUsd",
+        description="The estimated US dollars the run may spend on model calls",
+    )
+    max_tokens: TokenCount | None = Field(
+        default=None,
+        alias="maxTokens",
+        description="The input plus output tokens the run may spend",
+    )
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _sets(self) -> BudgetBody:
+        if self.max_cost_usd is None and self.max_tokens is None:
+            raise ValueError("give 'maxCostUsd', 'maxTokens' or both")
+        return self
+
+    def action(self) -> Action:
+        return Action(kind="budget", max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens)
 
 
 class MessageBody(_Body):

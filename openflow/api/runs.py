@@ -16,6 +16,7 @@ from openflow.api.errors import Unprocessable, documented
 from openflow.api.models import (
     ActionResult,
     ApprovalBody,
+    BudgetBody,
     InputBody,
     InterruptBody,
     MessageBody,
@@ -77,6 +78,7 @@ _TEXT = {"type": "string"}
         "project_dir": _TEXT,
         "provider_id": _TEXT,
         "allowConcurrent": {"type": "boolean"},
+        "budget": {"type": "string", "description": "The run's budget as JSON text"},
     },
     [],
     status_code=201,
@@ -120,6 +122,7 @@ async def start_run(
             provider_id=body.provider_id,
             attachments=uploads_of(request),
             allow_concurrent=body.allow_concurrent,
+            budget=body.budget,
         )
     response.headers["Location"] = f"/runs/{run_id}"
     return RunRef(run_id=run_id, status="running", workflow_id=workflow.id)
@@ -266,6 +269,15 @@ async def decide_approval(
 @router.post("/{run_id}/retry", response_model=ActionResult, responses=_ACT_ERRORS)
 async def retry_node(run_id: RunId, body: RetryBody, runs: RunsDep) -> ActionResult:
     """Retry a failed or interrupted node."""
+    return await _act(runs, run_id, body.action())
+
+
+@router.post("/{run_id}/budget", response_model=ActionResult, responses=_ACT_ERRORS)
+async def set_budget(run_id: RunId, body: BudgetBody, runs: RunsDep) -> ActionResult:
+    """Set the run's budget (`maxCostUsd`, `maxTokens`; a field left out stays as it was).
+
+    The nodes the budget paused go on at once when the run is under it again; a budget lower
+    than what is spent is taken and pauses each node at its next model call."""
     return await _act(runs, run_id, body.action())
 
 

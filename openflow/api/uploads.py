@@ -24,7 +24,7 @@ __all__ = ["AttachmentsRoute", "multipart_doc", "uploads_of"]
 
 _UPLOADS = "openflow.uploads"
 #: Form fields whose text is JSON, and ones that are yes/no switches.
-_JSON_FIELDS = frozenset({"workflow"})
+_JSON_FIELDS = frozenset({"workflow", "budget"})
 _SWITCHES = frozenset({"allowConcurrent"})
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}

@@ -53,6 +53,7 @@ from openflow.engine.events import (
 )
 from openflow.engine.projection import Usage
 from openflow.engine.request import UsageReport
+from openflow.engine.spec import MAX_BUDGET_TOKENS, MAX_BUDGET_USD
 from openflow.engine.transcript import ToolCall
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,35 @@ def answer_hint(run_id: str, pause: Pause) -> str:
             f"openflow runs approve {run} {approval}   "
             f"or: openflow runs deny {run} {approval} --reason TEXT"
         )
+    if budget_pause(pause):
+        option = "--max-tokens N" if "tokens spent" in pause.detail else "--max-cost USD"
+        return f"openflow runs budget {run} {option}"
     return f"openflow runs retry {run} {shell_quote(pause.node_id)} [--message TEXT]"
+
+
+def budget_pause(pause: Pause) -> bool:
+    """Whether the run's budget holds the node (a larger budget, not a retry, lets it go on)."""
+    return pause.kind == "retry" and pause.detail.startswith("budget reached")
+
+
+async def _ask_budget(follower: Any, pause: Pause) -> c.Action | None:
+    """A larger budget typed at the prompt, or None to leave the run paused."""
+    tokens = "tokens spent" in pause.detail
+    what = "tokens" if tokens else "US dollars"
+    while True:
+        text = await follower.prompt(f"  {pause.label}: new budget in {what} (empty: leave it)> ")
+        text = (text or "").strip()
+        if not text:
+            return None
+        try:
+            value = int(text) if tokens else float(text)
+        except ValueError:
+            value = 0
+        if 0 < value <= (MAX_BUDGET_TOKENS if tokens else MAX_BUDGET_USD):
+            if tokens:
+                return c.Action(kind="budget", max_tokens=int(value))
+            return c.Action(kind="budget", max_cost_usd=float(value))
+        follower.console.print(Text(f"  give a positive number of {what}", style="red"))
 
 
 def describe_pause(pause: Pause) -> str:
@@ -659,6 +688,12 @@ class Follower:
             action = c.Action(
                 kind="approval", approval_id=pause.approval_id, allow=allow, reason=reason
             )
+        elif budget_pause(pause):
+            self.console.print(Text(f"  {pause.detail}", style="yellow"), soft_wrap=True)
+            budget = await _ask_budget(self, pause)
+            if budget is None:
+                return None
+            action = budget
         else:
             answer = await self._choice(
                 f"  {pause.label}: [r]etry, [s]top the run, or [l]eave it paused and exit? ",

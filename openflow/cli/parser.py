@@ -11,6 +11,7 @@ from openflow.cli.common import DEFAULT_API_HOST, DEFAULT_API_PORT, EXIT_BAD_INP
 from openflow.cli.demo import cmd_demo
 from openflow.cli.runs import (
     cmd_run,
+    cmd_runs_budget,
     cmd_runs_decide,
     cmd_runs_events,
     cmd_runs_input,
@@ -33,6 +34,7 @@ from openflow.client import (
 )
 from openflow.engine.errors import LimitExceeded
 from openflow.engine.limits import check_entrypoint, check_message
+from openflow.engine.spec import MAX_BUDGET_TOKENS, MAX_BUDGET_USD
 from openflow.server import (
     DEFAULT_ADDRESS,
 )
@@ -167,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start even while another run is changing the --project folder",
     )
+    _add_budget_options(run, "(over the workflow's settings.budget)")
     run.set_defaults(handler=cmd_run)
 
     runs = commands.add_parser(
@@ -195,12 +198,59 @@ def _add_stack_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _usd(text: str) -> float:
+    """A `--max-cost` value: a positive number of US dollars."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of US dollars") from None
+    if not 0 < value <= MAX_BUDGET_USD:  # also refuses nan
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a budget: give a positive number of US dollars, at most "
+            f"{MAX_BUDGET_USD:,.0f}"
+        )
+    return value
+
+
+def _tokens(text: str) -> int:
+    """A `--max-tokens` value: a positive whole number."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if not 0 < value <= MAX_BUDGET_TOKENS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a budget: give a positive whole number of tokens"
+        )
+    return value
+
+
+def _add_budget_options(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--max-cost",
+        type=_usd,
+        metavar="USD",
+        help=f"the estimated cost the run may spend on model calls {what}",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=_tokens,
+        metavar="N",
+        help=f"the input plus output tokens the run may spend {what}",
+    )
+
+
 def _add_runs_actions(actions: Any) -> None:
     listing = actions.add_parser("list", help="one run a line, run id first, newest first")
     listing.add_argument(
         "--status", choices=["running", "paused", "stopped", "completed", "failed"]
     )
     listing.add_argument("--workflow", metavar="WORKFLOW_ID", help="only runs of this workflow")
+    listing.add_argument(
+        "--cost",
+        action="store_true",
+        help="add each run's estimated cost so far (one state query per run)",
+    )
     listing.set_defaults(handler=cmd_runs_list)
 
     show = actions.add_parser("show", help="a run's status, nodes and pauses")
@@ -251,6 +301,16 @@ def _add_runs_actions(actions: Any) -> None:
     retry.add_argument("node_id", metavar="NODE")
     retry.add_argument("--message", metavar="TEXT", help="a note the node sees on its retry")
     retry.set_defaults(handler=cmd_runs_retry)
+
+    budget = actions.add_parser(
+        "budget",
+        help="set a run's budget; the nodes it paused go on",
+        description="Set the run's budget (the option not given stays as it was). The nodes "
+        "the budget paused go on at once when the run is under it again.",
+    )
+    budget.add_argument("run_id", metavar="ID")
+    _add_budget_options(budget, "from now on")
+    budget.set_defaults(handler=cmd_runs_budget)
 
     message = actions.add_parser("message", help="send a message to a live node")
     message.add_argument("run_id", metavar="ID")

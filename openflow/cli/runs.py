@@ -12,7 +12,9 @@ from typing import Any
 from rich.console import Console
 from temporalio.client import (
     WorkflowExecutionStatus,
+    WorkflowQueryFailedError,
 )
+from temporalio.service import RPCError
 
 from openflow import contracts as c
 from openflow.attachments import AttachmentError, Upload, check_count, prepare, read_upload
@@ -44,14 +46,14 @@ from openflow.cli.follow import (
     find_pauses,
     usage_text,
 )
-from openflow.client import state_json
+from openflow.client import RunError, state_json
 from openflow.connect import load_target
 from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.errors import LimitExceeded
 from openflow.engine.events import NodeAwaitingInput
 from openflow.engine.graph import workflow_problems
 from openflow.engine.limits import MAX_ENTRYPOINT_BYTES
-from openflow.engine.spec import Workflow
+from openflow.engine.spec import Budget, Workflow
 from openflow.paths import openflow_home
 from openflow.schedules import ScheduleInvalid, check_schedule
 from openflow.settings import runtime_settings
@@ -157,6 +159,7 @@ async def _start_and_follow(
         project_dir=project,
         attachments=args.uploads,
         allow_concurrent=args.allow_concurrent,
+        budget=Budget(max_cost_usd=args.max_cost, max_tokens=args.max_tokens),
     )
     if args.detach:
         print(run_id, flush=True)
@@ -213,13 +216,36 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         runs = await connect_runs()
-        for run in await runs.list(status=args.status, workflow_id=args.workflow):
+        listed = await runs.list(status=args.status, workflow_id=args.workflow)
+        costs = await _costs(runs, [run.run_id for run in listed]) if args.cost else {}
+        for run in listed:
             awaiting = f"  awaiting {','.join(run.awaiting)}" if run.awaiting else ""
             name = run.workflow_name or run.workflow_id
-            print(f"{run.run_id}  {run.status:<9}  {run.start_time or '-'}  {name}{awaiting}")
+            cost = f"  {costs.get(run.run_id, '-'):>9}" if args.cost else ""
+            print(f"{run.run_id}  {run.status:<9}{cost}  {run.start_time or '-'}  {name}{awaiting}")
         return EXIT_OK
 
     return run_main(main())
+
+
+#: How many runs `runs list --cost` asks at once, and how long it waits for each.
+COST_QUERIES = 8
+COST_QUERY_SECONDS = 5.0
+
+
+async def _costs(runs: Any, run_ids: list[str]) -> dict[str, str]:
+    """`~$0.0123` for each run whose `state` query answers in time (one query per run)."""
+    gate = asyncio.Semaphore(COST_QUERIES)
+
+    async def one(run_id: str) -> tuple[str, str]:
+        async with gate:
+            try:
+                state = await asyncio.wait_for(runs.run_state(run_id), COST_QUERY_SECONDS)
+            except (TimeoutError, RPCError, WorkflowQueryFailedError, RunError):
+                return run_id, "-"
+            return run_id, f"~${state.usage.run.estimated_cost_usd:.4f}"
+
+    return dict(await asyncio.gather(*(one(run_id) for run_id in run_ids)))
 
 
 def cmd_runs_show(args: argparse.Namespace) -> int:
@@ -331,6 +357,17 @@ def cmd_runs_retry(args: argparse.Namespace) -> int:
     """`openflow runs retry ID NODE [--message]`: retry a failed or interrupted node."""
     action = c.Action(kind="retry", node_id=args.node_id, message=args.message)
     return _act(args.run_id, action, f"retrying {args.node_id!r}")
+
+
+def cmd_runs_budget(args: argparse.Namespace) -> int:
+    """`openflow runs budget ID --max-cost USD [--max-tokens N]`: set the run's budget."""
+    if args.max_cost is None and args.max_tokens is None:
+        raise BadInput("give --max-cost USD, --max-tokens N or both")
+    action = c.Action(kind="budget", max_cost_usd=args.max_cost, max_tokens=args.max_tokens)
+    parts = [f"${args.max_cost:.4f}"] if args.max_cost is not None else []
+    if args.max_tokens is not None:
+        parts.append(f"{args.max_tokens:,} tokens")
+    return _act(args.run_id, action, f"budget set to {' and '.join(parts)}")
 
 
 def cmd_runs_message(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from openflow.engine.budget import run_budget
 from openflow.engine.build import snapshot_agents
 from openflow.engine.events import ActionIgnored, ChatMessage, Error, RunResumed, RunStarted
 from openflow.engine.facts import (
@@ -34,7 +35,7 @@ from openflow.engine.protocol import (
     structured_problem,
 )
 from openflow.engine.schedule import awaiting, schedule
-from openflow.engine.spec import CallableAgent, Workflow
+from openflow.engine.spec import Budget, CallableAgent, Workflow
 from openflow.engine.state import (
     Continuation,
     Fact,
@@ -78,6 +79,7 @@ def start(
     read_tools: Iterable[str] = (),
     limits: bool = True,
     entrypoint_attachments: Iterable[Attachment] = (),
+    budget: Budget | None = None,
 ) -> Plan:
     """A new run's first plan: the initial snapshot and its first model calls.
 
@@ -86,7 +88,8 @@ def start(
     agents (`agents.json`); the run keeps the ones its nodes may call (spec 6). `review`: a
     post-run review call ends a successful run (spec 12). `limits`: the run enforces
     `engine.limits` (an entrypoint or workflow over one ends it at once, too-long texts from
-    people are refused).
+    people are refused). `budget`: the run's own, over the workflow's `settings.budget` field
+    by field (`engine.budget`).
     """
     kept = snapshot_agents(workflow, list(agents))
     plan_mode = workflow.settings.plan_mode
@@ -106,6 +109,7 @@ def start(
         review_enabled=review,
         read_tools=sorted(set(read_tools)),
         limits=limits,
+        budget=run_budget(workflow.settings.budget, budget),
     )
     step = Step(snapshot, now_ms)
     too_long = text_limit_problem(

@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from openflow.engine import prompts
+from openflow.engine.budget import check_budget, held, raised, reached
 from openflow.engine.classify import classify_failure
 from openflow.engine.conversation import (
     Seat,
     add_result,
+    announce_attempt,
     append,
     close_open,
     conversation,
@@ -40,6 +42,7 @@ from openflow.engine.state import (
     ActionMalformed,
     ApprovalDecided,
     BatchReverted,
+    BudgetSet,
     CancelRequested,
     Fact,
     HandoffStored,
@@ -76,7 +79,9 @@ from openflow.engine.turn import (
     store_output,
 )
 
-Action = InputGiven | ApprovalDecided | RetryRequested | MessageSent | InterruptRequested
+Action = (
+    InputGiven | ApprovalDecided | RetryRequested | MessageSent | InterruptRequested | BudgetSet
+)
 
 #: How much of an over-long text an ignored-action event keeps.
 IGNORED_TEXT_CHARS = 1024
@@ -102,7 +107,13 @@ def on_fact(step: Step, fact: Fact) -> None:
     elif isinstance(fact, HandoffStored):
         on_handoff(step, fact)
     elif isinstance(
-        fact, InputGiven | ApprovalDecided | RetryRequested | MessageSent | InterruptRequested
+        fact,
+        InputGiven
+        | ApprovalDecided
+        | RetryRequested
+        | MessageSent
+        | InterruptRequested
+        | BudgetSet,
     ):
         reason = check(s, fact)
         if reason is not None:
@@ -347,6 +358,8 @@ def on_action(step: Step, fact: Action) -> None:
         retry(step, fact.node_id, fact.message)
     elif isinstance(fact, InterruptRequested):
         interrupt_node(step, fact.node_id)
+    elif isinstance(fact, BudgetSet):
+        set_budget(step, fact)
     elif isinstance(fact, MessageSent):
         ns = step.node(fact.node_id)
         if ns.awaiting:
@@ -415,6 +428,21 @@ def retry(
         step.emit(ChatMessage(node_id=node_id, role="user", content=text, attachments=attachments))
 
 
+def set_budget(step: Step, fact: BudgetSet) -> None:
+    """Take a person's budget; the nodes it held go on at once when the run may call again."""
+    s = step.s
+    s.budget = raised(s, fact)
+    if reached(s) is not None:
+        return
+    for node_id, ns in sorted(s.nodes.items()):
+        if node_id not in step.by_id or not held(ns):
+            continue
+        retry(step, node_id, None)
+        if ns.child is not None:
+            # Its subagent calls next: the node shows as running again meanwhile.
+            announce_attempt(step, Seat(node_id), step.label(node_id))
+
+
 def check(snapshot: RunSnapshot, action: Any) -> str | None:
     """Why a human action matches nothing pending, or None when it applies (the `act` validator)."""
     if snapshot.finished:
@@ -435,8 +463,12 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
         return None
     if isinstance(action, InterruptRequested):
         return interrupt_problem(snapshot, action.node_id)
+    if isinstance(action, BudgetSet):
+        return check_budget(action)
     if not isinstance(action, InputGiven | RetryRequested | MessageSent):
-        return "unknown action: expected input, approval, retry, message, interrupt or revert"
+        return (
+            "unknown action: expected input, approval, retry, message, interrupt, revert or budget"
+        )
     node = snapshot.workflow.find_node(action.node_id)
     if action.node_id not in nodes or node is None:
         return f"unknown node {action.node_id!r}"
@@ -550,4 +582,5 @@ __all__ = [
     "on_action",
     "on_fact",
     "retry",
+    "set_budget",
 ]

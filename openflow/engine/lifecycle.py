@@ -17,11 +17,11 @@ from openflow.engine.state import CancelWork, Failed, Interrupted, NodeState, Ru
 from openflow.engine.step import Step
 
 
-def fail_node(step: Step, node_id: str, error: str) -> None:
-    """The node failed; the run waits for a retry (`NodeErrored` once)."""
+def fail_node(step: Step, node_id: str, error: str, budget: bool = False) -> None:
+    """The node failed (or its budget held it); the run waits for a retry (`NodeErrored` once)."""
     ns = step.node(node_id)
     newly = ns.failed is None
-    ns.phase = Failed(error=error)
+    ns.phase = Failed(error=error, budget=budget)
     if newly:
         ns.errored_attempt = ns.model_attempt
         step.emit(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from openflow.engine import prompts, review
+from openflow.engine.budget import REVIEW_SKIPPED, hold, reached
 from openflow.engine.build import build_request
 from openflow.engine.classify import classify_reply
 from openflow.engine.conversation import (
@@ -78,8 +79,10 @@ def blocked(step: Step, node_id: str) -> bool:
 
 def dispatch_model(step: Step, node_id: str) -> None:
     """Send the node's next model call, with the messages people queued for it first."""
-    ns = step.node(node_id)
     seat = Seat(node_id)
+    if hold(step, seat):
+        return
+    ns = step.node(node_id)
     for text in ns.queued_messages:
         append(step, seat, UserItem(content=text))
     ns.queued_messages = []
@@ -182,7 +185,8 @@ def busy(step: Step) -> bool:
             ns.conversation.in_flight is not None
             or ns.handoff_job is not None
             or ns.conversation.backoff_until_ms is not None
-            or ns.child is not None
+            # A subagent whose node its budget holds waits for a person.
+            or (ns.child is not None and ns.failed is None)
             for ns in step.s.nodes.values()
         )
         or any(b.in_flight for b in step.s.batches.values())
@@ -206,6 +210,9 @@ def start_review(step: Step) -> None:
     reviewer = review.reviewer_node(step.s)
     if reviewer is None:
         end_review(step, [], review.NO_REVIEWER)
+        return
+    if reached(step.s) is not None:
+        end_review(step, [], REVIEW_SKIPPED)
         return
     request = review.review_request(step.s, reviewer)
     call_id = step.new_id(f"model:{review.REVIEW_NODE}")

@@ -286,11 +286,58 @@ class PlanModeConfig(SpecModel):
     evidence_source_node_id: str = Field(**_key("evidenceSourceNodeId"))
 
 
+#: The largest budget a run takes: a limit, not a price list.
+MAX_BUDGET_USD = 1_000_000.0
+MAX_BUDGET_TOKENS = 10**15
+
+CostUsd = Annotated[float, Field(gt=0, le=MAX_BUDGET_USD, allow_inf_nan=False, strict=True)]
+TokenCount = Annotated[int, Field(gt=0, le=MAX_BUDGET_TOKENS, strict=True)]
+
+
+class Budget(SpecModel):
+    """What a run may spend on model calls: estimated USD, tokens (input plus output), or both.
+
+    The workflow setting `budget` (an extension key, written only when set) or a run's own
+    (`openflow run --max-cost`, `POST /runs {budget}`), which overrides it field by field.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True, serialize_by_alias=True, extra="forbid", strict=False
+    )
+
+    max_cost_usd: CostUsd | None = Field(default=None, exclude_if=_is_none, **_key("maxCostUsd"))
+    max_tokens: TokenCount | None = Field(default=None, exclude_if=_is_none, **_key("maxTokens"))
+
+    @field_validator("max_cost_usd", mode="before")
+    @classmethod
+    def _whole_usd(cls, value: object) -> object:
+        # A whole number of dollars is a number too; strict floats would refuse it.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+    def over(self, other: Budget | None) -> Budget:
+        """This budget with `other`'s fields put over it where `other` sets them."""
+        if other is None:
+            return self
+        return Budget(
+            max_cost_usd=(
+                other.max_cost_usd if other.max_cost_usd is not None else self.max_cost_usd
+            ),
+            max_tokens=other.max_tokens if other.max_tokens is not None else self.max_tokens,
+        )
+
+    @property
+    def empty(self) -> bool:
+        return self.max_cost_usd is None and self.max_tokens is None
+
+
 class WorkflowSettings(SpecModel):
-    """Workflow-wide settings (spec 1.6), plus `strictLayers`."""
+    """Workflow-wide settings (spec 1.6), plus `strictLayers` and `budget`."""
 
     shared_context: str = ""
     schedule: WorkflowSchedule | None = None
+    budget: Budget | None = Field(default=None, exclude_if=_is_none)
     retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
     provider_id: str | None = None
     reasoning_effort: str | None = Field(
@@ -586,6 +633,11 @@ __all__ = [
     "AgentsFile",
     "AppWorkflowStore",
     "ApprovalMode",
+    "Budget",
+    "CostUsd",
+    "MAX_BUDGET_TOKENS",
+    "MAX_BUDGET_USD",
+    "TokenCount",
     "CallableAgent",
     "Edge",
     "HandoffFormat",

@@ -23,7 +23,7 @@ from pydantic import (
 
 from openflow.engine.events import RunEvent, SubagentStatus
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
-from openflow.engine.spec import CallableAgent, Workflow
+from openflow.engine.spec import Budget, CallableAgent, Workflow
 from openflow.engine.transcript import Attachment, ToolCall, TranscriptItem
 from openflow.engine.wire import OmitDefaults
 
@@ -257,6 +257,8 @@ class Failed(_Frozen):
 
     kind: Literal["failed"] = "failed"
     error: str
+    #: The node stopped before a model call its run's budget did not allow (`engine.budget`).
+    budget: bool = False
 
 
 class Interrupted(_Frozen):
@@ -546,6 +548,8 @@ class RunSnapshot(_Model):
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float | None = None
+    #: What the run may spend (`engine.budget`): the workflow's, with the run's own over it.
+    budget: Budget | None = None
     read_calls: int = 0
     redundant_reads: int = 0
     plan_source: str | None = None
@@ -739,6 +743,14 @@ class Continuation(_Frozen):
     text: str
 
 
+class BudgetSet(_Frozen):
+    """A person set the run's budget: the fields given replace the run's, the others stay."""
+
+    kind: Literal["budget"] = "budget"
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+
+
 class ActionMalformed(_Frozen):
     """A signal whose payload did not parse: recorded as ignored, and it changes nothing else.
 
@@ -776,6 +788,7 @@ Fact = Annotated[
     | MessageSent
     | InterruptRequested
     | BatchReverted
+    | BudgetSet
     | ActionMalformed
     | TimerFired
     | CancelRequested,
@@ -879,6 +892,7 @@ __all__ = [
     "ChangeEvidencePacket",
     "ChildRun",
     "AwaitingInput",
+    "BudgetSet",
     "Conversation",
     "Done",
     "Failed",

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from openflow.engine import prompts
+from openflow.engine.budget import hold
 from openflow.engine.build import (
     callable_records,
     child_config,
@@ -253,6 +254,8 @@ def dispatch_child(step: Step, node_id: str) -> None:
     """Send the child's next model call."""
     child = running_child(step, node_id)
     seat = Seat(node_id, child.subagent_id)
+    if hold(step, seat):
+        return
     request = child_request(step, node_id, child)
     if request is None:
         fail_child(step, node_id, "no model is configured for the subagent or its parent node")

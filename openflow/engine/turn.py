@@ -14,6 +14,7 @@ from typing import Any, assert_never
 from pydantic import ValidationError
 
 from openflow.engine import prompts
+from openflow.engine.budget import reached
 from openflow.engine.build import build_repair_request, node_input, offered_tools
 from openflow.engine.classify import (
     Completed,
@@ -508,6 +509,8 @@ def start_repair(step: Step, node_id: str, err: TurnError) -> bool:
     ns = step.node(node_id)
     if err.error != "malformed" or err.candidate is None or ns.pending_repair is not None:
         return False
+    if reached(step.s) is not None:
+        return False  # no repair call past the budget: the node's own next call pauses
     request = build_repair_request(step, node_id, err)
     if request is None:
         return False

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
     from openflow.engine.state import ActionMalformed
 
-ActionKind = Literal["input", "approval", "retry", "message", "interrupt", "revert"]
+ActionKind = Literal["input", "approval", "retry", "message", "interrupt", "revert", "budget"]
 
 # Signals recorded before required fields were checked applied an action without them.
 REQUIRED_FIELDS_PATCH = "signal-required-fields"
@@ -60,6 +60,8 @@ SIGNALS: dict[str, _Spec] = {
 ACTS: dict[str, _Spec] = {spec.kind: spec for spec in SIGNALS.values()}
 #: Revert is an update only: its caller waits for the files to be restored (or not).
 ACTS["revert"] = _Spec("revert", ("batch_id",), ())
+# A budget is set through `act` only; the engine's check wants one of its fields.
+ACTS["budget"] = _Spec("budget", (), ("max_cost_usd", "max_tokens"))
 
 
 class Malformed(Exception):

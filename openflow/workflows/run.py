@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         ActionMalformed,
         ApprovalDecided,
         BatchReverted,
+        BudgetSet,
         CallModel,
         CancelRequested,
         CancelWork,
@@ -131,6 +132,7 @@ def _action_fact(
     | MessageSent
     | InterruptRequested
     | RevertRequested
+    | BudgetSet
 ):
     if action.kind == "input":
         return InputGiven(
@@ -146,6 +148,8 @@ def _action_fact(
         return InterruptRequested(node_id=action.node_id or "")
     if action.kind == "revert":
         return RevertRequested(batch_id=action.batch_id or "")
+    if action.kind == "budget":
+        return BudgetSet(max_cost_usd=action.max_cost_usd, max_tokens=action.max_tokens)
     return MessageSent(node_id=action.node_id or "", text=action.text or "")
 
 
@@ -273,6 +277,7 @@ class OpenFlowRun:
                 review=workflow.patched(POST_RUN_REVIEW),
                 # Runs recorded before the input limits existed must replay as they ran too.
                 limits=workflow.patched(INPUT_LIMITS),
+                budget=inp.budget,
             )
         else:
             self._profiles = inp.profiles or {}
@@ -336,7 +341,8 @@ class OpenFlowRun:
                 | RetryRequested
                 | MessageSent
                 | InterruptRequested
-                | BatchReverted,
+                | BatchReverted
+                | BudgetSet,
             )
         )
         self._apply(plan, [])

@@ -265,6 +265,17 @@ function actionCard(item, onDone) {
     const message = el("input", { type: "text", name: "message", placeholder: "Message for the retry (optional)", "aria-label": "retry message" });
     card.append(el("div", { className: "buttons" }, message,
       el("button", { type: "button", name: "retry", onclick: () => send(`/runs/${run}/retry`, { node_id: item.node_id, message: message.value || null }, "retried") }, "Retry")));
+    if (item.error && item.error.startsWith("budget reached")) {
+      // The run's budget holds the node: a larger one lets it go on, with no retry.
+      const field = item.error.includes("tokens spent") ? "maxTokens" : "maxCostUsd";
+      const amount = el("input", { type: "number", name: "budget", min: "0", step: field === "maxTokens" ? "1" : "any", placeholder: field === "maxTokens" ? "New budget in tokens" : "New budget in USD", "aria-label": "new budget" });
+      card.append(el("div", { className: "buttons" }, amount,
+        el("button", { type: "button", name: "raise-budget", onclick: () => {
+          const value = Number(amount.value);
+          if (!(value > 0)) { notice(result, "Give a positive number.", "error"); return; }
+          send(`/runs/${run}/budget`, { [field]: value }, "budget raised");
+        } }, "Raise budget")));
+    }
   }
   card.append(result);
   card.addEventListener("input", () => { card.dataset.dirty = "1"; });

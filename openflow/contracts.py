@@ -354,7 +354,7 @@ class Action(_Model):
     grants later calls of a tool; `by` says who decided.
     """
 
-    kind: Literal["input", "approval", "retry", "message"]
+    kind: Literal["input", "approval", "retry", "message", "revoke_grant"]
     node_id: str | None = None
     text: str | None = None
     approval_id: str | None = None
@@ -364,12 +364,20 @@ class Action(_Model):
     decisions: list[CallDecision] = Field(default_factory=list)
     remember: ToolGrant | None = None
     by: DecidedBy | None = None
+    #: The grant a `revoke_grant` action takes back (as `remember` gave it).
+    tool: str | None = None
+    path_prefix: str | None = None
 
     @model_validator(mode="after")
     def _approval_fields(self) -> Action:
         if self.kind != "approval" and (self.decisions or self.remember is not None):
             field = "decisions" if self.decisions else "remember"
             raise ValueError(f"{field}: only an approval carries it")
+        if self.kind != "revoke_grant" and (self.tool is not None or self.path_prefix is not None):
+            field = "tool" if self.tool is not None else "path_prefix"
+            raise ValueError(f"{field}: only a revoke_grant action carries it")
+        if self.kind == "revoke_grant" and self.tool is not None:
+            ToolGrant(tool=self.tool, path_prefix=self.path_prefix)
         check_decisions(self.decisions)
         return self
 

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
     from openflow.engine.state import ActionMalformed
 
-ActionKind = Literal["input", "approval", "retry", "message"]
+ActionKind = Literal["input", "approval", "retry", "message", "revoke_grant"]
 
 # Signals recorded before required fields were checked applied an action without them.
 REQUIRED_FIELDS_PATCH = "signal-required-fields"
@@ -57,6 +57,8 @@ SIGNALS: dict[str, _Spec] = {
     c.SIGNAL_MESSAGE: _Spec("message", ("node_id", "text"), ()),
 }
 ACTS: dict[str, _Spec] = {spec.kind: spec for spec in SIGNALS.values()}
+#: Kinds only the `act` update takes.
+ACTS["revoke_grant"] = _Spec("revoke_grant", ("tool",), ("path_prefix", "by"))
 
 
 class Malformed(Exception):

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         CancelRequested,
         CancelWork,
         Fact,
+        GrantRevoked,
         HandoffStored,
         InputGiven,
         Intent,
@@ -66,7 +67,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from openflow.engine.transcript import ToolCall
     from openflow.workflows import notices
-    from openflow.workflows.approvals import approval_fact
+    from openflow.workflows.approvals import approval_fact, revoke_fact
     from openflow.workflows.handlers import (
         Malformed,
         action_signal,
@@ -118,7 +119,7 @@ class EngineFault(ApplicationError):
 
 def _action_fact(
     action: c.Action, snapshot: RunSnapshot | None = None, source: str = c.UPDATE_ACT
-) -> InputGiven | ApprovalDecided | ActionMalformed | RetryRequested | MessageSent:
+) -> InputGiven | ApprovalDecided | GrantRevoked | ActionMalformed | RetryRequested | MessageSent:
     if action.kind == "input":
         return InputGiven(
             node_id=action.node_id or "",
@@ -127,6 +128,8 @@ def _action_fact(
         )
     if action.kind == "approval":
         return approval_fact(action, snapshot, source)
+    if action.kind == "revoke_grant":
+        return revoke_fact(action)
     if action.kind == "retry":
         return RetryRequested(node_id=action.node_id or "", message=action.message)
     return MessageSent(node_id=action.node_id or "", text=action.text or "")
@@ -312,7 +315,9 @@ class OpenFlowRun:
         self._applied += sum(
             1
             for f in facts
-            if isinstance(f, InputGiven | ApprovalDecided | RetryRequested | MessageSent)
+            if isinstance(
+                f, InputGiven | ApprovalDecided | GrantRevoked | RetryRequested | MessageSent
+            )
         )
         self._apply(plan, [])
         # Eager results answer only a batch planned in the step that took their reply.

@@ -98,7 +98,8 @@ async def test_calls_denied_one_by_one_through_the_cli(
     openflow_env: dict[str, str], runs: Runs, tmp_path: Path, client: Client
 ) -> None:
     home = Path(openflow_env["OPENFLOW_HOME"])
-    write_scripted_settings(home, {"act": [writes("a", "b"), {"submit": {"summary": "done"}}]})
+    script = [writes("a", "b"), writes("c", "d"), {"submit": {"summary": "done"}}]
+    write_scripted_settings(home, {"act": script})
     path = write_workflow(tmp_path, workflow("calls", node("act")))
     started = await openflow(openflow_env, "run", str(path), "--detach", "--run-id", "run-calls")
     assert started.code == 0, started.stderr
@@ -111,23 +112,35 @@ async def test_calls_denied_one_by_one_through_the_cli(
         shown.stdout
     )
 
-    mixed = await openflow(
-        openflow_env, "runs", "approve", "run-calls", batch, "--deny-call", "c-b=not b"
+    first = await openflow(
+        openflow_env, "runs", "approve", "run-calls", batch, "--deny-call", "c-b=not b",
+        "--by", "Ada",
+    )  # fmt: skip
+    assert first.code == 0, first.stderr
+    assert first.lines == [
+        f"decided {batch!r}: 0 approved, 1 denied by call, any other call approved; "
+        "run run-calls is running"
+    ]
+    state = await wait_state(
+        runs,
+        "run-calls",
+        lambda s: s["pendingApprovals"] and s["pendingApprovals"][0]["approvalId"] != batch,
     )
-    assert_one_line_error(mixed, "decides an approval as a whole")
+    second = state["pendingApprovals"][0]["approvalId"]
     denied = await openflow(
-        openflow_env, "runs", "approve", "run-calls", batch,
-        "--deny-call", "c-a=later", "--deny-call", "c-b", "--reason", "later", "--by", "Ada",
+        openflow_env, "runs", "approve", "run-calls", second,
+        "--deny-call", "c-c=later", "--deny-call", "c-d", "--reason", "later", "--by", "Ada",
     )  # fmt: skip
     assert denied.code == 0, denied.stderr
     assert denied.lines == [
-        f"decided {batch!r}: 0 approved, 2 denied by call, any other call approved; "
+        f"decided {second!r}: 0 approved, 2 denied by call, any other call approved; "
         "run run-calls is running"
     ]
 
     state = await wait_state(runs, "run-calls", lambda s: s["status"] == "completed")
     events = await runs.events("run-calls")
     denials = {e["tool_call_id"]: e["reason"] for e in events if e["type"] == "ToolDenied"}
-    assert set(denials) == {"c-a", "c-b"} and all("later" in r for r in denials.values())
-    assert not list((home / "runs" / "run-calls" / "workspace").glob("*.txt"))
-    assert await decided_by(client, "run-calls") == ["Ada"]
+    assert denials == {"c-b": "not b", "c-c": "later", "c-d": "later"}
+    written = [p.name for p in (home / "runs" / "run-calls" / "workspace").glob("*.txt")]
+    assert written == ["a.txt"]
+    assert await decided_by(client, "run-calls") == ["Ada", "Ada"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from openflow.engine import advance as engine
@@ -243,3 +244,43 @@ def test_grants_survive_the_snapshot_round_trip() -> None:
     d.feed(ApprovalDecided(approval_id=approval_id(d), allow=True, remember=Grant(tool="write")))
     again = type(d.snapshot).model_validate_json(d.snapshot.model_dump_json())
     assert again.grants == d.snapshot.grants and again.grants[0].node_id == "first"
+
+
+def test_a_subagent_call_is_decided_edited_and_remembered_like_any_call() -> None:
+    from openflow.engine.policy import CALL_SUBAGENT, DECLARE_SUBAGENTS
+
+    scout = "first-subagent-1"
+    declare = tools(call(DECLARE_SUBAGENTS, {"subagents": [{"name": "scout", "purpose": "Find."}]}))
+    both = tools(
+        call("write", {"path": "a.txt", "content": "x"}, "c-w"),
+        call(CALL_SUBAGENT, {"subagent_id": scout, "input": "old task"}, "c-s"),
+    )
+    again = tools(call(CALL_SUBAGENT, {"subagent_id": scout, "input": "more"}, "c-t"))
+    d = Driver(
+        single_agent_workflow(),
+        {
+            "first": [declare, both, again, ok_summary()],
+            scout: [ok_summary("one"), ok_summary("two")],
+        },
+        approvals=[("", True, None)],
+    ).run()
+    edited = {"subagent_id": scout, "input": "new task"}
+    d.feed(
+        ApprovalDecided(
+            approval_id=approval_id(d),
+            decisions=(
+                CallDecided(call_id="c-w", allow=False, reason="no files"),
+                CallDecided(call_id="c-s", allow=True, arguments=edited),
+            ),
+            remember=Grant(tool=CALL_SUBAGENT),
+        )
+    )
+    d.run()
+    assert d.snapshot.status == "completed"
+    assert not d.batches, "the denied write never ran"
+    assert len(d.of_type("ToolApprovalRequested")) == 2, "the remembered call asked nobody"
+    firsts = [c.intent.delta for c in d.model.calls if c.node_id == scout]
+    assert firsts and "new task" in json.dumps([i.model_dump() for i in firsts[0].items])
+    found = results(d)
+    assert "no files" in found["c-w"].result.content
+    assert not found["c-s"].result.is_error and not found["c-t"].result.is_error

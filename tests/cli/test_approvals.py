@@ -88,6 +88,15 @@ async def test_bad_options_are_one_line_and_exit_2(
         (["--by", "Ada\tL"], "--by: give a name of printable characters"),
         (["--deny-call", "c1=" + "x" * 70_000], "--deny-call c1: the reason is"),
     ]
+    revoke = ["runs", "revoke", "run-x"]
+    for extra, expected in [
+        (["write:"], "TOOL: the path prefix after 'write:' is empty"),
+        ([":docs"], "TOOL: give a tool name"),
+        (["write", "--by", "a\tb"], "--by: give a name of printable characters"),
+    ]:
+        code = await asyncio.to_thread(main, [*revoke, *extra])
+        out, err = capsys.readouterr()
+        assert_one_line_error(Result(code, out, err), expected)
     for extra, expected in cases:
         code = await asyncio.to_thread(main, [*base, *extra])
         out, err = capsys.readouterr()
@@ -114,7 +123,7 @@ async def test_calls_denied_one_by_one_through_the_cli(
 
     first = await openflow(
         openflow_env, "runs", "approve", "run-calls", batch, "--deny-call", "c-b=not b",
-        "--by", "Ada",
+        "--remember", "write:zz/", "--by", "Ada",
     )  # fmt: skip
     assert first.code == 0, first.stderr
     assert first.lines == [
@@ -127,6 +136,13 @@ async def test_calls_denied_one_by_one_through_the_cli(
         lambda s: s["pendingApprovals"] and s["pendingApprovals"][0]["approvalId"] != batch,
     )
     second = state["pendingApprovals"][0]["approvalId"]
+    assert [(g["tool"], g["pathPrefix"]) for g in state["grants"]] == [("write", "zz/")]
+    revoked = await openflow(
+        openflow_env, "runs", "revoke", "run-calls", "write:zz/", "--by", "Ada"
+    )
+    assert revoked.lines == ["revoked 'write:zz/'; run run-calls is paused"], revoked.stderr
+    again = await openflow(openflow_env, "runs", "revoke", "run-calls", "write:zz/")
+    assert_one_line_error(again, "no grant 'write:zz/' to revoke (grants: none)")
     denied = await openflow(
         openflow_env, "runs", "approve", "run-calls", second,
         "--deny-call", "c-c=later", "--deny-call", "c-d", "--reason", "later", "--by", "Ada",
@@ -143,4 +159,4 @@ async def test_calls_denied_one_by_one_through_the_cli(
     assert denials == {"c-b": "not b", "c-c": "later", "c-d": "later"}
     written = [p.name for p in (home / "runs" / "run-calls" / "workspace").glob("*.txt")]
     assert written == ["a.txt"]
-    assert await decided_by(client, "run-calls") == ["Ada", "Ada"]
+    assert await decided_by(client, "run-calls") == ["Ada", "Ada", "Ada"]

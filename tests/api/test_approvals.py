@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from openflow import contracts as c
@@ -259,11 +259,16 @@ async def test_remembered_writes_under_a_prefix_run_without_a_pause(
 
     # Revoked, a grant no longer applies; revoking it again is refused by name.
     handle = client.get_workflow_handle(run_id)
-    revoke = {"kind": "revoke_grant", "tool": "write", "path_prefix": "docs/", "by": "Ada"}
-    assert (await handle.execute_update(c.UPDATE_ACT, revoke))["accepted"]
-    with pytest.raises(WorkflowUpdateFailedError) as again:
-        await handle.execute_update(c.UPDATE_ACT, revoke)
-    assert "no grant 'write:docs/'" in str(again.value.cause)
+    revoke = f"/runs/{run_id}/grants/revoke"
+    revoked = await api.post(revoke, json={"tool": "write", "path_prefix": "docs/"})
+    assert revoked.status_code == 200, revoked.text
+    again = await api.post(revoke, json={"tool": "write", "path_prefix": "docs/"})
+    assert again.status_code == 409
+    assert "no grant 'write:docs/'" in again.json()["error"]["message"]
+    unknown = await api.post(revoke, json={"tool": "write", "prefix": "docs/"})
+    assert unknown.status_code == 422 and "body.prefix" in unknown.json()["error"]["message"]
+    events = (await api.get(f"/runs/{run_id}/events")).json()
+    assert len([e for e in events if e["type"] == "GrantRevoked"]) == 1
     assert (await api.get(f"/runs/{run_id}")).json()["grants"] == []
     await api.post(f"/runs/{run_id}/approvals/{second['approvalId']}", json={"allow": True})
     await wait_for_state(api, run_id, lambda s: s["status"] == "completed")

@@ -88,8 +88,13 @@ async def test_the_run_page_decides_each_call(
     await page.click(f"{CARD} [data-call-id='c-b'] input[data-choice=deny]")
     await page.type(f"{CARD} [data-call-id='c-b'] input[name=call-reason]", "not that one")
     await page.type(f"{CARD} input[name=by]", "Ada")
+    await page.click(f"{CARD} input[name=remember]")
+    await page.type(f"{CARD} input[name=remember-prefix]", "docs/")
     await page.click(f"{CARD} button[name=decide]")
     await page.wait_text(".run-head .status", "completed")
+    # The grant is listed with who made it, and a button to take it back.
+    await page.wait_text(".grants li.grant", "write under docs/ runs without asking · by Ada")
+    await page.css(".grants li.grant button[name=revoke]")
     workspace = openflow_home / "runs" / run_id / "workspace"
     assert (workspace / "a.txt").read_text() == "a"
     assert not (workspace / "b.txt").exists()

@@ -378,7 +378,9 @@ class Action(_Model):
     `max_cost_usd` and/or `max_tokens` (the others stay).
     """
 
-    kind: Literal["input", "approval", "retry", "message", "interrupt", "revert", "budget"]
+    kind: Literal[
+        "input", "approval", "retry", "message", "interrupt", "revert", "budget", "revoke_grant"
+    ]
     node_id: str | None = None
     text: str | None = None
     approval_id: str | None = None
@@ -400,6 +402,10 @@ class Action(_Model):
             return float(value)
         return value
 
+    #: The grant a `revoke_grant` action takes back (as `remember` gave it).
+    tool: str | None = None
+    path_prefix: str | None = None
+
     @model_validator(mode="after")
     def _approval_fields(self) -> Action:
         if self.kind != "approval" and (self.decisions or self.remember is not None):
@@ -408,6 +414,11 @@ class Action(_Model):
         if self.kind != "budget" and (self.max_cost_usd is not None or self.max_tokens is not None):
             field = "max_cost_usd" if self.max_cost_usd is not None else "max_tokens"
             raise ValueError(f"{field}: only a budget action carries it")
+        if self.kind != "revoke_grant" and (self.tool is not None or self.path_prefix is not None):
+            field = "tool" if self.tool is not None else "path_prefix"
+            raise ValueError(f"{field}: only a revoke_grant action carries it")
+        if self.kind == "revoke_grant" and self.tool is not None:
+            ToolGrant(tool=self.tool, path_prefix=self.path_prefix)
         check_decisions(self.decisions)
         return self
 

@@ -123,6 +123,20 @@ class ApprovalBody(_Body):
         )
 
 
+class RevokeBody(ToolGrant):
+    """Take back a remembered approval: the grant's `tool` and `path_prefix` as given."""
+
+    by: DecidedBy | None = Field(default=None, description="Who revoked it; the caller's tenant")
+
+    def action(self, tenant: str = "") -> Action:
+        return Action(
+            kind="revoke_grant",
+            tool=self.tool,
+            path_prefix=self.path_prefix,
+            by=self.by if self.by is not None else tenant[:MAX_BY_CHARS] or None,
+        )
+
+
 class RetryBody(_Body):
     """Retry a failed or interrupted node, optionally with a message to it."""
 
@@ -248,6 +262,7 @@ __all__ = [
     "RUN_ID_PATTERN",
     "ActionResult",
     "ApprovalBody",
+    "RevokeBody",
     "Health",
     "InboxAction",
     "InboxItem",

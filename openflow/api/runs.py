@@ -23,6 +23,7 @@ from openflow.api.models import (
     ResumeBody,
     RetryBody,
     RevertResult,
+    RevokeBody,
     RunRef,
     RunStatus,
     StartRun,
@@ -264,6 +265,14 @@ async def decide_approval(
 
     `by` is the caller's tenant when the body leaves it out."""
     return await _act(runs, run_id, body.action(approval_id, tenant))
+
+
+@router.post("/{run_id}/grants/revoke", response_model=ActionResult, responses=_ACT_ERRORS)
+async def revoke_grant(
+    run_id: RunId, body: RevokeBody, runs: RunsDep, tenant: TenantDep
+) -> ActionResult:
+    """Take back a remembered approval (`remember`): matching calls ask again."""
+    return await _act(runs, run_id, body.action(tenant))
 
 
 @router.post("/{run_id}/retry", response_model=ActionResult, responses=_ACT_ERRORS)

@@ -83,16 +83,25 @@ def _arguments(call_id: str, text: str) -> dict[str, Any]:
     return value
 
 
-def _grant(text: str) -> dict[str, Any]:
+def _grant(text: str, where: str = "--remember") -> dict[str, Any]:
     tool, sep, prefix = text.partition(":")
     if not tool.strip():
-        raise BadInput("--remember: give a tool name, as TOOL or TOOL:PATH_PREFIX")
+        raise BadInput(f"{where}: give a tool name, as TOOL or TOOL:PATH_PREFIX")
     if sep and not prefix.strip():
         raise BadInput(
-            f"--remember: the path prefix after {tool + ':'!r} is empty; give one or "
-            "leave out the ':'"
+            f"{where}: the path prefix after {tool + ':'!r} is empty; give one or leave out the ':'"
         )
     return {"tool": tool, **({"path_prefix": prefix} if sep else {})}
+
+
+def revoke_action(args: argparse.Namespace) -> c.Action:
+    """`runs revoke ID TOOL[:PATH_PREFIX]` as a `revoke_grant` action; BadInput says what to fix."""
+    try:
+        return c.Action(kind="revoke_grant", **_grant(args.grant, "TOOL"), by=args.by)
+    except ValidationError as exc:
+        error = exc.errors(include_input=False, include_url=False)[0]
+        where = "--by" if error["loc"] and error["loc"][0] == "by" else "TOOL"
+        raise BadInput(f"{where}: {error['msg'].removeprefix('Value error, ')}") from None
 
 
 def _option(loc: tuple[int | str, ...]) -> str:
@@ -103,4 +112,4 @@ def _option(loc: tuple[int | str, ...]) -> str:
     return {"by": "--by", "remember": "--remember", "reason": "--reason"}.get(head, "APPROVAL")
 
 
-__all__ = ["approval_action"]
+__all__ = ["approval_action", "revoke_action"]

@@ -21,6 +21,7 @@ from openflow.cli.runs import (
     cmd_runs_resume,
     cmd_runs_retry,
     cmd_runs_revert,
+    cmd_runs_revoke,
     cmd_runs_show,
     cmd_runs_stop,
     cmd_validate,
@@ -295,6 +296,15 @@ def _add_runs_actions(actions: Any) -> None:
         decide.add_argument("--reason", metavar="TEXT", help="why denied calls are denied")
         _add_call_options(decide)
         decide.set_defaults(handler=cmd_runs_decide, allow=allow)
+
+    revoke = actions.add_parser(
+        "revoke",
+        help="take back a remembered approval (--remember): matching calls ask again",
+    )
+    revoke.add_argument("run_id", metavar="ID")
+    revoke.add_argument("grant", metavar="TOOL[:PATH_PREFIX]")
+    revoke.add_argument("--by", metavar="NAME", help="who revoked it")
+    revoke.set_defaults(handler=cmd_runs_revoke)
 
     retry = actions.add_parser("retry", help="retry a failed or interrupted node")
     retry.add_argument("run_id", metavar="ID")

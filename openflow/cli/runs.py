@@ -19,7 +19,7 @@ from temporalio.service import RPCError
 from openflow import contracts as c
 from openflow.attachments import AttachmentError, Upload, check_count, prepare, read_upload
 from openflow.backends import open_backends
-from openflow.cli.approvals import approval_action
+from openflow.cli.approvals import approval_action, revoke_action
 from openflow.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -351,6 +351,12 @@ def cmd_runs_decide(args: argparse.Namespace) -> int:
     else:
         done = f"{'approved' if args.allow else 'denied'} {args.approval_id!r}"
     return _act(args.run_id, action, done)
+
+
+def cmd_runs_revoke(args: argparse.Namespace) -> int:
+    """`openflow runs revoke ID TOOL[:PATH_PREFIX]`: take a remembered approval back."""
+    action = revoke_action(args)
+    return _act(args.run_id, action, f"revoked {args.grant!r}")
 
 
 def cmd_runs_retry(args: argparse.Namespace) -> int:

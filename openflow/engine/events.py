@@ -257,6 +257,12 @@ class ToolApproved(_Event):
     node_id: str
     tool_call_id: str
     tool_name: str
+    #: Who decided (absent in older runs and when nobody was named).
+    by: str | None = None
+    #: The arguments the call runs with instead of the model's, when a person edited it.
+    arguments: dict[str, Any] | None = None
+    #: The remembered grant that approved the call without a pause (`tool` or `tool:prefix`).
+    grant: str | None = None
 
 
 class ToolDenied(_Event):
@@ -266,6 +272,26 @@ class ToolDenied(_Event):
     tool_call_id: str
     tool_name: str
     reason: str = DEFAULT_DENIAL_REASON
+    by: str | None = None
+
+
+class GrantAdded(_Event):
+    """A person let later calls of `tool` (under `path_prefix`) run without asking."""
+
+    type: Literal["GrantAdded"] = "GrantAdded"
+    node_id: str
+    tool: str
+    path_prefix: str | None = None
+    by: str | None = None
+
+
+class GrantRevoked(_Event):
+    """A remembered grant was taken back: matching calls ask again."""
+
+    type: Literal["GrantRevoked"] = "GrantRevoked"
+    tool: str
+    path_prefix: str | None = None
+    by: str | None = None
 
 
 class ToolStarted(_Event):
@@ -550,7 +576,9 @@ RunEvent = Annotated[
     | RunStarted
     | RunResumed
     | NodeRetrying
-    | ToolOutcomeUnknown,
+    | ToolOutcomeUnknown
+    | GrantAdded
+    | GrantRevoked,
     Field(discriminator="type"),
 ]
 
@@ -580,6 +608,8 @@ __all__ = [
     "FileOp",
     "FileSnapshot",
     "Finished",
+    "GrantAdded",
+    "GrantRevoked",
     "NodeAwaitingInput",
     "NodeCompleted",
     "NodeErrored",

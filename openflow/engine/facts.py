@@ -11,6 +11,14 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from openflow.engine import prompts
+from openflow.engine.approvals import (
+    batch_seat,
+    decide,
+    decision_problem,
+    note_edits,
+    revoke,
+    revoke_problem,
+)
 from openflow.engine.budget import check_budget, held, raised, reached
 from openflow.engine.classify import classify_failure
 from openflow.engine.conversation import (
@@ -29,8 +37,6 @@ from openflow.engine.events import (
     ChatMessage,
     EditBatchReverted,
     NodeErrored,
-    ToolApproved,
-    ToolDenied,
     ToolOutcomeUnknown,
 )
 from openflow.engine.lifecycle import fail_node, interrupt, interrupt_node, interrupt_problem
@@ -45,13 +51,13 @@ from openflow.engine.state import (
     BudgetSet,
     CancelRequested,
     Fact,
+    GrantRevoked,
     HandoffStored,
     InputGiven,
     InterruptRequested,
     MessageSent,
     ModelFailed,
     ModelReplied,
-    PendingBatch,
     ReadReceipt,
     Ready,
     ReceiptRead,
@@ -80,7 +86,13 @@ from openflow.engine.turn import (
 )
 
 Action = (
-    InputGiven | ApprovalDecided | RetryRequested | MessageSent | InterruptRequested | BudgetSet
+    InputGiven
+    | ApprovalDecided
+    | GrantRevoked
+    | RetryRequested
+    | MessageSent
+    | InterruptRequested
+    | BudgetSet
 )
 
 #: How much of an over-long text an ignored-action event keeps.
@@ -110,6 +122,7 @@ def on_fact(step: Step, fact: Fact) -> None:
         fact,
         InputGiven
         | ApprovalDecided
+        | GrantRevoked
         | RetryRequested
         | MessageSent
         | InterruptRequested
@@ -242,16 +255,6 @@ def on_handoff(step: Step, fact: HandoffStored) -> None:
 # --- tool batches -----------------------------------------------------------------------
 
 
-def batch_seat(step: Step, batch: PendingBatch) -> Seat | None:
-    """The conversation a batch answers; None for a subagent's that is no longer running."""
-    if batch.subagent_id is None:
-        return Seat(batch.node_id)
-    child = step.s.nodes[batch.node_id].child
-    if child is None or child.subagent_id != batch.subagent_id:
-        return None
-    return Seat(batch.node_id, child.subagent_id)
-
-
 def on_tools_finished(step: Step, fact: ToolsFinished) -> None:
     """Fold a batch's results into the transcript of the conversation that asked; the node
     keeps the file records (a subagent's too)."""
@@ -296,6 +299,7 @@ def on_tools_finished(step: Step, fact: ToolsFinished) -> None:
     else:
         only = batch.calls if seat.subagent_id is not None else None
         close_open(step, seat, prompts.INTERRUPTED_RESULT, only)
+    note_edits(step, seat, batch)
 
 
 def count_read(step: Step, node_id: str, path: str) -> None:
@@ -354,6 +358,8 @@ def on_action(step: Step, fact: Action) -> None:
             retry(step, fact.node_id, fact.text, fact.attachments)
     elif isinstance(fact, ApprovalDecided):
         decide(step, fact)
+    elif isinstance(fact, GrantRevoked):
+        revoke(step, fact)
     elif isinstance(fact, RetryRequested):
         retry(step, fact.node_id, fact.message)
     elif isinstance(fact, InterruptRequested):
@@ -372,35 +378,6 @@ def on_action(step: Step, fact: Action) -> None:
             step.emit(ChatMessage(node_id=fact.node_id, role="user", content=fact.text))
     else:
         assert_never(fact)
-
-
-def decide(step: Step, fact: ApprovalDecided) -> None:
-    batch = step.s.batches[fact.approval_id]
-    if fact.allow:
-        batch.requires_approval = False
-        for call in batch.calls:
-            step.emit(
-                ToolApproved(
-                    approval_id=batch.batch_id,
-                    node_id=batch.node_id,
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                )
-            )
-        return
-    step.s.batches.pop(batch.batch_id)
-    text = prompts.denial_result(fact.reason)
-    for call in batch.calls:
-        step.emit(
-            ToolDenied(
-                approval_id=batch.batch_id,
-                node_id=batch.node_id,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                reason=fact.reason or "Tool call denied by the user.",
-            )
-        )
-        add_result(step, Seat(batch.node_id), call, text, is_error=True)
 
 
 def give_input(
@@ -456,7 +433,9 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
         batch = snapshot.batches.get(action.approval_id)
         if batch is None or not batch.requires_approval:
             return f"no pending approval {action.approval_id!r}"
-        return None
+        return decision_problem(Step(snapshot, 0), action)
+    if isinstance(action, GrantRevoked):
+        return revoke_problem(snapshot, action)
     if isinstance(action, RevertRequested):
         if batch_node(snapshot, action.batch_id) is None:
             return f"no edit batch {action.batch_id!r} to revert (see the run's editBatches)"
@@ -467,7 +446,8 @@ def check(snapshot: RunSnapshot, action: Any) -> str | None:
         return check_budget(action)
     if not isinstance(action, InputGiven | RetryRequested | MessageSent):
         return (
-            "unknown action: expected input, approval, retry, message, interrupt, revert or budget"
+            "unknown action: expected input, approval, revoke_grant, retry, message, interrupt, "
+            "revert or budget"
         )
     node = snapshot.workflow.find_node(action.node_id)
     if action.node_id not in nodes or node is None:
@@ -539,6 +519,7 @@ def _text_over_limit(action: Any) -> str | None:
         texts = [(action.message, "the retry message")]
     elif isinstance(action, ApprovalDecided):
         texts = [(action.reason, "the reason")]
+        texts += [(d.reason, f"the reason of call {d.call_id!r}") for d in action.decisions]
     for text, what in texts:
         problem = text_limit_problem(MAX_MESSAGE_BYTES, text, what, "send a shorter text")
         if problem is not None:

@@ -30,6 +30,8 @@ from openflow.engine.events import (
     FileChanged,
     FileChangeRecord,
     Finished,
+    GrantAdded,
+    GrantRevoked,
     NodeAwaitingInput,
     NodeCompleted,
     NodeErrored,
@@ -141,6 +143,16 @@ class TraceEntry(_Item):
     at_ms: int | None = Field(default=None, alias="atMs")
 
 
+class GrantSummary(_Item):
+    """A remembered approval: calls of `tool` (under `pathPrefix`) run without asking."""
+
+    tool: str
+    path_prefix: str | None = Field(default=None, alias="pathPrefix")
+    node_id: str = Field(default="", alias="nodeId")
+    by: str | None = None
+    at_ms: int | None = Field(default=None, alias="atMs")
+
+
 class Usage(_Item):
     """Tokens and estimated cost spent so far (CONTRACT 8 `usage`)."""
 
@@ -229,6 +241,8 @@ class WorkflowRunState(BaseModel):
         default_factory=dict, alias="contextWindowByNode"
     )
     usage: RunUsage = Field(default_factory=RunUsage)
+    #: The run's remembered approvals (CONTRACT 8, approvals per call), oldest first.
+    grants: list[GrantSummary] = Field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         """The flat camelCase object the `state` query returns."""
@@ -359,8 +373,33 @@ def _apply(s: WorkflowRunState, event: RunEvent) -> None:
         case ToolApproved():
             _drop_approvals(s, lambda p: p.approval_id == event.approval_id)
             _update_tool(s, event.node_id, event.tool_call_id, event.tool_name, _approved)
+            if event.by is not None or event.arguments is not None or event.grant is not None:
+                _trace_decision(s, event)
         case ToolDenied():
             _on_tool_denied(s, event)
+            if event.by is not None:
+                _trace_decision(s, event)
+        case GrantAdded():
+            kept = [
+                g for g in s.grants if (g.tool, g.path_prefix) != (event.tool, event.path_prefix)
+            ]
+            grant = GrantSummary(
+                tool=event.tool,
+                path_prefix=event.path_prefix,
+                node_id=event.node_id,
+                by=event.by,
+                at_ms=event.at_ms,
+            )
+            s.grants = [*kept, grant]
+            shown = _grant_label(event.tool, event.path_prefix)
+            message = f"remembered: {shown} runs without asking" + _by(event.by)
+            _trace(s, event.node_id, "approval", "completed", message, event.at_ms)
+        case GrantRevoked():
+            key = (event.tool, event.path_prefix)
+            s.grants = [g for g in s.grants if (g.tool, g.path_prefix) != key]
+            shown = _grant_label(event.tool, event.path_prefix)
+            message = f"grant revoked: {shown} asks again" + _by(event.by)
+            _trace(s, None, "approval", "completed", message, event.at_ms)
         case ToolStarted():
             _on_tool_started(s, event)
         case ToolRetrying():
@@ -903,6 +942,31 @@ def _update_tool(
             **s.tool_calls_by_node,
             node: [*rows[:index], row, *rows[index + 1 :]],
         }
+
+
+def _grant_label(tool: str, prefix: str | None) -> str:
+    return tool if prefix is None else f"{tool} under {prefix}"
+
+
+def _by(by: str | None) -> str:
+    return f" · by {by}" if by else ""
+
+
+def _trace_decision(s: WorkflowRunState, event: ToolApproved | ToolDenied) -> None:
+    """A run trace line for a decision that names who made it, an edit or a grant."""
+    if isinstance(event, ToolDenied):
+        message = f"denied {event.tool_name} ({event.tool_call_id}): {event.reason}"
+    elif event.grant is not None:
+        message = f"approved {event.tool_name} ({event.tool_call_id}) by grant {event.grant}"
+    else:
+        edited = " with edited arguments" if event.arguments is not None else ""
+        message = f"approved {event.tool_name} ({event.tool_call_id}){edited}"
+    output = (
+        {"arguments": event.arguments}
+        if isinstance(event, ToolApproved) and event.arguments
+        else None
+    )
+    _trace(s, event.node_id, "approval", "completed", message + _by(event.by), event.at_ms, output)
 
 
 def _approved(row: ToolCallSummary) -> ToolCallSummary:

@@ -466,6 +466,10 @@ class PendingBatch(_Model):
     subagent_id: str | None = None
     #: Its completion was lost (the worker or the server went away); its receipt is being read.
     lost: bool = False
+    #: Calls a person edited before they ran: call id -> the arguments the model sent.
+    edited: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: Calls a remembered grant approved: they need no decision of their own.
+    granted: list[str] = Field(default_factory=list)
 
 
 # --- plan mode ----------------------------------------------------------------------------
@@ -556,6 +560,8 @@ class RunSnapshot(_Model):
     packet: ChangeEvidencePacket | None = None
     agents: list[CallableAgent] = Field(default_factory=list)
     subagents: dict[str, SubagentRecord] = Field(default_factory=dict)
+    #: Remembered approvals, oldest first.
+    grants: list[Grant] = Field(default_factory=list)
 
     def fork(self) -> RunSnapshot:
         """A copy the reducer may change; the workflow definition is shared (never changed).
@@ -691,11 +697,51 @@ class InputGiven(_Frozen):
     retry_failed: bool = Field(default=True, exclude=True)
 
 
-class ApprovalDecided(_Frozen):
-    kind: Literal["approval"] = "approval"
-    approval_id: str
+class CallDecided(_Frozen):
+    """One call's decision: allowed (with the `arguments` it runs with instead) or denied."""
+
+    call_id: str
     allow: bool
     reason: str | None = None
+    arguments: dict[str, Any] | None = None
+
+
+class Grant(_Frozen):
+    """Later calls of `tool` (with every path under `path_prefix`, when given) run without a
+    pause for the rest of the run, as far as their node's approval mode lets them ask."""
+
+    tool: str
+    path_prefix: str | None = None
+    #: The node whose approval made it, who made it and when (workflow time).
+    node_id: str = ""
+    by: str | None = None
+    at_ms: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.tool if self.path_prefix is None else f"{self.tool}:{self.path_prefix}"
+
+
+class ApprovalDecided(_Frozen):
+    """A person decided a batch: `allow` for the whole of it, or for the calls `decisions`
+    leave out; `remember` grants later calls; `by` says who."""
+
+    kind: Literal["approval"] = "approval"
+    approval_id: str
+    allow: bool | None = None
+    reason: str | None = None
+    decisions: tuple[CallDecided, ...] = ()
+    remember: Grant | None = None
+    by: str | None = None
+
+
+class GrantRevoked(_Frozen):
+    """A person took a remembered grant back."""
+
+    kind: Literal["revoke_grant"] = "revoke_grant"
+    tool: str
+    path_prefix: str | None = None
+    by: str | None = None
 
 
 class RetryRequested(_Frozen):
@@ -784,6 +830,7 @@ Fact = Annotated[
     | HandoffStored
     | InputGiven
     | ApprovalDecided
+    | GrantRevoked
     | RetryRequested
     | MessageSent
     | InterruptRequested
@@ -882,6 +929,7 @@ __all__ = [
     "ActionMalformed",
     "ApprovalDecided",
     "Awaiting",
+    "CallDecided",
     "CallModel",
     "CancelRequested",
     "BatchReverted",
@@ -903,6 +951,8 @@ __all__ = [
     "Counters",
     "DeltaItem",
     "Fact",
+    "Grant",
+    "GrantRevoked",
     "HandoffStored",
     "InFlightCall",
     "InputGiven",

@@ -146,6 +146,7 @@ def step_runtime_batch(step: Step, batch: PendingBatch) -> PendingBatch | None:
                 side_effects=batch_has_side_effects(
                     [c.name for c in calls], [c.arguments for c in calls]
                 ),
+                edited={c.id: batch.edited[c.id] for c in calls if c.id in batch.edited},
             )
             step.s.batches[segment.batch_id] = segment
             break

@@ -46,8 +46,10 @@ from openflow.engine.events import (
     OutputRepairStarted,
     OutputRepairSucceeded,
     ToolApprovalRequested,
+    ToolApproved,
     ToolCallProposed,
 )
+from openflow.engine.grants import grant_for
 from openflow.engine.lifecycle import fail_node, interrupt
 from openflow.engine.policy import (
     HARNESS_ASK_QUESTION,
@@ -277,6 +279,8 @@ def on_tool_calls(
                 nudges.append(prompts.MISSING_CONTENT_NUDGE)
             add_result(step, seat, call, decision, is_error=True)
             continue
+        if decision == "prompt" and grant_for(step.s, call) is not None:
+            decision = "granted"
         surviving.append((call, decision))
     for text in dict.fromkeys(nudges):
         append(step, seat, UserItem(content=text))
@@ -285,21 +289,43 @@ def on_tool_calls(
 
 
 def queue_batch(step: Step, node_id: str, surviving: list[tuple[ToolCall, str]]) -> None:
+    """Queue the calls that may run; `granted` ones a remembered grant approved, and the batch
+    asks people only when a call still says `prompt`."""
     calls = [c for c, _ in surviving]
     requires = any(d == "prompt" for _, d in surviving)
     batch_id = step.new_id("approval" if requires else "batch")
-    step.s.batches[batch_id] = PendingBatch(
+    batch = step.s.batches[batch_id] = PendingBatch(
         batch_id=batch_id,
         node_id=node_id,
         calls=calls,
         requires_approval=requires,
         side_effects=batch_has_side_effects([c.name for c in calls], [c.arguments for c in calls]),
+        granted=[c.id for c, d in surviving if d == "granted"],
     )
     label = step.label(node_id)
     for call in calls:
         step.emit(ToolCallProposed(node_id=node_id, label=label, tool_call=shown_call(call)))
     if requires:
         announce_approval(step, batch_id)
+    elif batch.granted:
+        approve_granted(step, batch)
+
+
+def approve_granted(step: Step, batch: PendingBatch) -> None:
+    """Tell followers which calls of a queued batch a remembered grant approved."""
+    for call in batch.calls:
+        grant = grant_for(step.s, call) if call.id in batch.granted else None
+        if grant is not None:
+            step.emit(
+                ToolApproved(
+                    approval_id=batch.batch_id,
+                    node_id=batch.node_id,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    by=grant.by,
+                    grant=grant.label,
+                )
+            )
 
 
 def announce_approval(step: Step, batch_id: str) -> None:

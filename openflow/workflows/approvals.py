@@ -1,68 +1,100 @@
-"""An approval action as the engine's `ApprovalDecided` fact, which decides a batch as a whole.
+"""An approval action as the engine's `ApprovalDecided` fact, and a revoke as `GrantRevoked`.
 
-An approval may decide its calls one by one (`decisions`), edit a call's arguments or grant
-later calls (`remember`). The engine's fact carries one decision for the whole batch, so an
-action applies when it amounts to one: every call of the batch allowed, or every call denied
-with one reason. Anything else becomes an `ActionMalformed` fact (a signal's payload is then
-recorded as ignored; the `act` validator rejects it with the reason), and the batch stays
-pending: a call is never run or denied other than as the person decided it.
+The engine decides each call (`engine.approvals`) and `engine.check` says what a decision
+cannot do against the run's state: an unknown or twice-decided call, a call left undecided,
+an edit its node's policy refuses, a grant wider than the node's approval mode. What the
+engine cannot know is checked here: an edit of a built-in tool must fit that tool's JSON
+schema (the engine only has the tools' names; an MCP tool's edit is checked by the tool when
+it runs). Such an edit becomes an `ActionMalformed` fact: the `act` validator rejects it with
+the reason, and a signal's payload is recorded as ignored, so nothing else is recorded.
 """
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Any
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import jsonschema
+
     from openflow import contracts as c
-    from openflow.engine.state import ActionMalformed, ApprovalDecided, RunSnapshot
+    from openflow.engine.state import (
+        ActionMalformed,
+        ApprovalDecided,
+        CallDecided,
+        Grant,
+        GrantRevoked,
+        RunSnapshot,
+    )
     from openflow.workflows.handlers import describe
 
-#: Why an action that decides calls differently cannot be applied as one batch decision.
-WHOLE_BATCH_ONLY = (
-    "this worker decides an approval as a whole: allow every call of {approval!r}, or deny "
-    "every call with one reason, without edited arguments or remember"
-)
+
+@cache
+def builtin_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON schema of each built-in tool's arguments (code, so the same on every worker)."""
+    with workflow.unsafe.imports_passed_through():
+        from openflow.activities.tools.registry import default_registry
+
+    return {spec.name: spec.parameters for spec in default_registry().specs("execution")}
+
+
+def edit_problem(name: str, arguments: dict[str, Any]) -> str | None:
+    """Why edited arguments do not fit the built-in tool's schema, or None."""
+    schema = builtin_schemas().get(name)
+    if schema is None:
+        return None
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(arguments), key=lambda e: e.path
+    )
+    if not errors:
+        return None
+    first = errors[0]
+    where = ".".join(str(p) for p in first.absolute_path)
+    return f"{where + ': ' if where else ''}{first.message}"
 
 
 def approval_fact(
     action: c.Action, snapshot: RunSnapshot | None, source: str
 ) -> ApprovalDecided | ActionMalformed:
-    """The batch decision the action amounts to; `source` is the signal or update it came by."""
+    """The engine's fact for an approval action; `source` is the signal or update it came by."""
     approval_id = action.approval_id or ""
-    if not action.decisions and action.remember is None:
-        return ApprovalDecided(
-            approval_id=approval_id, allow=bool(action.allow), reason=action.reason
-        )
+    decisions = tuple(
+        CallDecided(call_id=d.call_id, allow=d.allow, reason=d.reason, arguments=d.arguments)
+        for d in action.decisions
+    )
+    remember = action.remember
+    fact = ApprovalDecided(
+        approval_id=approval_id,
+        # A whole-batch decision without `allow` has always been a denial.
+        allow=action.allow if decisions else bool(action.allow),
+        reason=action.reason,
+        decisions=decisions,
+        remember=Grant(tool=remember.tool, path_prefix=remember.path_prefix) if remember else None,
+        by=action.by,
+    )
     batch = snapshot.batches.get(approval_id) if snapshot is not None else None
-
-    def malformed(reason: str) -> ActionMalformed:
-        payload = describe(action.model_dump(exclude_none=True, exclude_defaults=True))
-        return ActionMalformed(signal=source, action="approval", reason=reason, payload=payload)
-
-    if batch is None or not batch.requires_approval:
-        # The engine's own words for it; no batch decision is guessed from the calls'.
-        return malformed(f"no pending approval {approval_id!r}")
-    call_ids = [call.id for call in batch.calls]
-    unknown = sorted({d.call_id for d in action.decisions} - set(call_ids))
-    if unknown:
-        return malformed(f"decisions: no call {unknown[0]!r} in approval {approval_id!r}")
-    decided = [action.decision_for(call_id) for call_id in call_ids]
-    undecided = [
-        call_id for call_id, (allow, _) in zip(call_ids, decided, strict=True) if allow is None
-    ]
-    if undecided:
-        return malformed(
-            f"decisions: call {undecided[0]!r} of approval {approval_id!r} has no decision; "
-            "decide every call, or give allow for the calls left out"
-        )
-    allows = {allow for allow, _ in decided}
-    reasons = {reason for allow, reason in decided if not allow}
-    edited = any(d.arguments is not None for d in action.decisions)
-    if len(allows) > 1 or len(reasons) > 1 or edited or action.remember is not None:
-        return malformed(WHOLE_BATCH_ONLY.format(approval=approval_id))
-    whole = allows.pop()
-    reason = reasons.pop() if reasons else None
-    return ApprovalDecided(approval_id=approval_id, allow=bool(whole), reason=reason)
+    if batch is None:
+        return fact
+    names = {call.id: call.name for call in batch.calls}
+    for i, decision in enumerate(decisions):
+        name = names.get(decision.call_id)
+        if decision.arguments is None or name is None:
+            continue
+        problem = edit_problem(name, decision.arguments)
+        if problem is not None:
+            payload = describe(action.model_dump(exclude_none=True, exclude_defaults=True))
+            reason = (
+                f"decisions[{i}].arguments: the edit of call {decision.call_id!r} does not fit "
+                f"{name}'s schema: {problem}"
+            )
+            return ActionMalformed(signal=source, action="approval", reason=reason, payload=payload)
+    return fact
 
 
-__all__ = ["WHOLE_BATCH_ONLY", "approval_fact"]
+def revoke_fact(action: c.Action) -> GrantRevoked:
+    return GrantRevoked(tool=action.tool or "", path_prefix=action.path_prefix, by=action.by)
+
+
+__all__ = ["approval_fact", "builtin_schemas", "edit_problem", "revoke_fact"]

@@ -28,7 +28,9 @@ with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
     from openflow.engine.state import ActionMalformed
 
-ActionKind = Literal["input", "approval", "retry", "message", "interrupt", "revert", "budget"]
+ActionKind = Literal[
+    "input", "approval", "retry", "message", "interrupt", "revert", "budget", "revoke_grant"
+]
 
 # Signals recorded before required fields were checked applied an action without them.
 REQUIRED_FIELDS_PATCH = "signal-required-fields"
@@ -62,6 +64,8 @@ ACTS: dict[str, _Spec] = {spec.kind: spec for spec in SIGNALS.values()}
 ACTS["revert"] = _Spec("revert", ("batch_id",), ())
 # A budget is set through `act` only; the engine's check wants one of its fields.
 ACTS["budget"] = _Spec("budget", (), ("max_cost_usd", "max_tokens"))
+#: Kinds only the `act` update takes.
+ACTS["revoke_grant"] = _Spec("revoke_grant", ("tool",), ("path_prefix", "by"))
 
 
 class Malformed(Exception):

@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         CancelRequested,
         CancelWork,
         Fact,
+        GrantRevoked,
         HandoffStored,
         InputGiven,
         Intent,
@@ -71,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from openflow.engine.transcript import ToolCall
     from openflow.workflows import notices
-    from openflow.workflows.approvals import approval_fact
+    from openflow.workflows.approvals import approval_fact, revoke_fact
     from openflow.workflows.handlers import (
         Malformed,
         action_signal,
@@ -127,6 +128,7 @@ def _action_fact(
 ) -> (
     InputGiven
     | ApprovalDecided
+    | GrantRevoked
     | ActionMalformed
     | RetryRequested
     | MessageSent
@@ -142,6 +144,8 @@ def _action_fact(
         )
     if action.kind == "approval":
         return approval_fact(action, snapshot, source)
+    if action.kind == "revoke_grant":
+        return revoke_fact(action)
     if action.kind == "retry":
         return RetryRequested(node_id=action.node_id or "", message=action.message)
     if action.kind == "interrupt":
@@ -338,6 +342,7 @@ class OpenFlowRun:
                 f,
                 InputGiven
                 | ApprovalDecided
+                | GrantRevoked
                 | RetryRequested
                 | MessageSent
                 | InterruptRequested

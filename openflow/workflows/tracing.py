@@ -113,6 +113,8 @@ class RunSpans:
         node_id = getattr(event, "node_id", None)
         if isinstance(event, ToolApprovalRequested):
             node_id = event.request.node_id
+        if node_id is not None and isinstance(event, ToolApproved | ToolDenied):
+            self._record_decision(event)
         if node_id is not None and isinstance(event, _ENDS_PAUSE):
             self._end_pause(node_id, event.at_ms)
         if isinstance(event, NodeStarted) and event.node_id not in self._nodes:
@@ -135,6 +137,26 @@ class RunSpans:
             self._start_pause(event.node_id, "input", event.at_ms)
         elif isinstance(event, ToolApprovalRequested):
             self._start_pause(event.request.node_id, "approval", event.at_ms)
+
+    def _record_decision(self, event: ToolApproved | ToolDenied) -> None:
+        """One span event per decided call, on the pause it ends (or the node's span): the
+        decision, who made it, whether it was edited, the grant that made it."""
+        pause = self._pauses.get(event.node_id)
+        span = pause[0] if pause is not None else self._nodes.get(event.node_id)
+        if span is None:
+            return
+        attributes: dict[str, Any] = {
+            "openflow.tool_call_id": event.tool_call_id,
+            "openflow.tool_name": event.tool_name,
+            "openflow.decision": "allow" if isinstance(event, ToolApproved) else "deny",
+        }
+        if event.by is not None:
+            attributes["openflow.decided_by"] = event.by
+        if isinstance(event, ToolApproved):
+            attributes["openflow.edited"] = event.arguments is not None
+            if event.grant is not None:
+                attributes["openflow.grant"] = event.grant
+        span.add_event("openflow.tool.decision", attributes, timestamp=_ns(event.at_ms))
 
     def _start_pause(self, node_id: str, kind: str, at_ms: int) -> None:
         if node_id in self._pauses:

@@ -1,4 +1,4 @@
-"""The run page decides a pending batch call by call: a control per call, a whole-batch approval."""
+"""The run page decides a pending batch call by call: a control per call, each call as decided."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from temporalio.worker import Worker
 
 from openflow.api import create_app
 from openflow.live import FileLiveChannel
-from tests.api.browser import By, Page, session_driver
+from tests.api.browser import Page, session_driver
 from tests.api.conftest import ServedApp, node, workflow_json
 from tests.api.test_approvals import decided_by, writes
 
@@ -44,7 +44,7 @@ async def set_arguments(page: Page, call_id: str, text: str) -> None:
     )
 
 
-async def test_the_run_page_decides_each_call_and_approves_the_batch(
+async def test_the_run_page_decides_each_call(
     page: Page,
     served: ServedApp,
     worker: Worker,
@@ -84,19 +84,19 @@ async def test_the_run_page_decides_each_call_and_approves_the_batch(
     await page.wait_text(f"{CARD} .notice.error", "not a JSON object")
     await set_arguments(page, "c-a", '{"path": "a.txt", "content": "a"}')
 
-    # Deciding the calls differently reaches the run, which says what it can do.
+    # The calls decided differently, by name: the run does exactly that; the name is kept.
     await page.click(f"{CARD} [data-call-id='c-b'] input[data-choice=deny]")
     await page.type(f"{CARD} [data-call-id='c-b'] input[name=call-reason]", "not that one")
-    await page.click(f"{CARD} button[name=decide]")
-    await page.wait_text(f"{CARD} .notice.error", "Not accepted:")
-
-    # The whole batch, approved by name; the name is kept for the next decision.
     await page.type(f"{CARD} input[name=by]", "Ada")
-    await page.click(f"{CARD} button[name=approve]")
+    await page.click(f"{CARD} input[name=remember]")
+    await page.type(f"{CARD} input[name=remember-prefix]", "docs/")
+    await page.click(f"{CARD} button[name=decide]")
     await page.wait_text(".run-head .status", "completed")
+    # The grant is listed with who made it, and a button to take it back.
+    await page.wait_text(".grants li.grant", "write under docs/ runs without asking · by Ada")
+    await page.css(".grants li.grant button[name=revoke]")
     workspace = openflow_home / "runs" / run_id / "workspace"
     assert (workspace / "a.txt").read_text() == "a"
-    assert (workspace / "b.txt").read_text() == HOSTILE
+    assert not (workspace / "b.txt").exists()
     assert await page.script("return localStorage.getItem('openflow.by')") == "Ada"
     assert await decided_by(client, run_id) == ["Ada"]
-    await page.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, "article.pending"))

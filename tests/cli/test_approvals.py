@@ -88,6 +88,15 @@ async def test_bad_options_are_one_line_and_exit_2(
         (["--by", "Ada\tL"], "--by: give a name of printable characters"),
         (["--deny-call", "c1=" + "x" * 70_000], "--deny-call c1: the reason is"),
     ]
+    revoke = ["runs", "revoke", "run-x"]
+    for extra, expected in [
+        (["write:"], "TOOL: the path prefix after 'write:' is empty"),
+        ([":docs"], "TOOL: give a tool name"),
+        (["write", "--by", "a\tb"], "--by: give a name of printable characters"),
+    ]:
+        code = await asyncio.to_thread(main, [*revoke, *extra])
+        out, err = capsys.readouterr()
+        assert_one_line_error(Result(code, out, err), expected)
     for extra, expected in cases:
         code = await asyncio.to_thread(main, [*base, *extra])
         out, err = capsys.readouterr()
@@ -98,7 +107,8 @@ async def test_calls_denied_one_by_one_through_the_cli(
     openflow_env: dict[str, str], runs: Runs, tmp_path: Path, client: Client
 ) -> None:
     home = Path(openflow_env["OPENFLOW_HOME"])
-    write_scripted_settings(home, {"act": [writes("a", "b"), {"submit": {"summary": "done"}}]})
+    script = [writes("a", "b"), writes("c", "d"), {"submit": {"summary": "done"}}]
+    write_scripted_settings(home, {"act": script})
     path = write_workflow(tmp_path, workflow("calls", node("act")))
     started = await openflow(openflow_env, "run", str(path), "--detach", "--run-id", "run-calls")
     assert started.code == 0, started.stderr
@@ -111,23 +121,42 @@ async def test_calls_denied_one_by_one_through_the_cli(
         shown.stdout
     )
 
-    mixed = await openflow(
-        openflow_env, "runs", "approve", "run-calls", batch, "--deny-call", "c-b=not b"
+    first = await openflow(
+        openflow_env, "runs", "approve", "run-calls", batch, "--deny-call", "c-b=not b",
+        "--remember", "write:zz/", "--by", "Ada",
+    )  # fmt: skip
+    assert first.code == 0, first.stderr
+    assert first.lines == [
+        f"decided {batch!r}: 0 approved, 1 denied by call, any other call approved; "
+        "run run-calls is running"
+    ]
+    state = await wait_state(
+        runs,
+        "run-calls",
+        lambda s: s["pendingApprovals"] and s["pendingApprovals"][0]["approvalId"] != batch,
     )
-    assert_one_line_error(mixed, "decides an approval as a whole")
+    second = state["pendingApprovals"][0]["approvalId"]
+    assert [(g["tool"], g["pathPrefix"]) for g in state["grants"]] == [("write", "zz/")]
+    revoked = await openflow(
+        openflow_env, "runs", "revoke", "run-calls", "write:zz/", "--by", "Ada"
+    )
+    assert revoked.lines == ["revoked 'write:zz/'; run run-calls is paused"], revoked.stderr
+    again = await openflow(openflow_env, "runs", "revoke", "run-calls", "write:zz/")
+    assert_one_line_error(again, "no grant 'write:zz/' to revoke (grants: none)")
     denied = await openflow(
-        openflow_env, "runs", "approve", "run-calls", batch,
-        "--deny-call", "c-a=later", "--deny-call", "c-b", "--reason", "later", "--by", "Ada",
+        openflow_env, "runs", "approve", "run-calls", second,
+        "--deny-call", "c-c=later", "--deny-call", "c-d", "--reason", "later", "--by", "Ada",
     )  # fmt: skip
     assert denied.code == 0, denied.stderr
     assert denied.lines == [
-        f"decided {batch!r}: 0 approved, 2 denied by call, any other call approved; "
+        f"decided {second!r}: 0 approved, 2 denied by call, any other call approved; "
         "run run-calls is running"
     ]
 
     state = await wait_state(runs, "run-calls", lambda s: s["status"] == "completed")
     events = await runs.events("run-calls")
     denials = {e["tool_call_id"]: e["reason"] for e in events if e["type"] == "ToolDenied"}
-    assert set(denials) == {"c-a", "c-b"} and all("later" in r for r in denials.values())
-    assert not list((home / "runs" / "run-calls" / "workspace").glob("*.txt"))
-    assert await decided_by(client, "run-calls") == ["Ada"]
+    assert denials == {"c-b": "not b", "c-c": "later", "c-d": "later"}
+    written = [p.name for p in (home / "runs" / "run-calls" / "workspace").glob("*.txt")]
+    assert written == ["a.txt"]
+    assert await decided_by(client, "run-calls") == ["Ada", "Ada", "Ada"]

@@ -22,6 +22,8 @@ from openflow.engine.events import (
     FileChangeRecord,
     FileSnapshot,
     Finished,
+    GrantAdded,
+    GrantRevoked,
     NodeAwaitingInput,
     NodeCompleted,
     NodeErrored,
@@ -199,6 +201,8 @@ EXAMPLES: list[Any] = [
     NodeRetrying(node_id="plan", label="Plan", attempt=2, backoff_ms=2000, error="503"),
     ToolOutcomeUnknown(node_id="plan", tool_call_id="call-1", tool_name="bash"),
     EditBatchReverted(node_id="plan", label="Plan", batch_id="edit-1", paths=("a.txt",)),
+    GrantAdded(node_id="plan", tool="write", path_prefix="docs", by="ana"),
+    GrantRevoked(tool="write", path_prefix="docs", by="ana"),
 ]
 
 
@@ -209,7 +213,7 @@ def _variant_names() -> set[str]:
 
 def test_examples_cover_every_variant() -> None:
     assert {event.type for event in EXAMPLES} == _variant_names()
-    assert len(_variant_names()) == 39
+    assert len(_variant_names()) == 41
 
 
 @pytest.mark.parametrize("by_alias", [False, True])

@@ -411,3 +411,69 @@ async def test_lost_header_blobs_are_resent_from_history(harness: Harness) -> No
     model_turns = [e for e in history.events if _node_turn(e)]
     assert len(model_turns) == 3, "the call that found its references missing was not resent"
     await harness.replay(run_id)
+
+
+async def test_a_decision_recorded_while_no_worker_runs_sends_each_allowed_call_once(
+    client: Client, task_queue: str, openflow_home: Path, openflow_env: dict[str, str]
+) -> None:
+    """The worker dies at the approval pause; the per-call decision lands in history with no
+    worker alive; the next worker sends the allowed and edited calls once, never the denied."""
+    ledger = openflow_home / "ledger.txt"
+    echo = [
+        {"name": "bash", "args": {"command": f"echo {w} >> {ledger}"}, "id": f"call-{w}"}
+        for w in ("a", "b", "c")
+    ]
+    write_scripted_settings(
+        openflow_home, {"work": [{"tools": echo}, {"submit": {"summary": "survived"}}]}
+    )
+    wf = make_workflow([node("work")], [])
+    first = _spawn_worker(openflow_env)
+    second = None
+    runs = Runs(client, task_queue)
+    try:
+        run_id = await runs.start(wf, entrypoint="go", project_dir=str(openflow_home))
+
+        async def paused() -> bool:
+            return bool((await runs.state(run_id))["pendingApprovals"])
+
+        await _poll_async(paused, what="the approval pause")
+        approval = (await runs.state(run_id))["pendingApprovals"][0]["approvalId"]
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        decision = {
+            "approval_id": approval,
+            "decisions": [
+                {"call_id": "call-a", "allow": True},
+                {"call_id": "call-b", "allow": False, "reason": "not b"},
+                {
+                    "call_id": "call-c",
+                    "allow": True,
+                    "arguments": {"command": f"echo C >> {ledger}"},
+                },
+            ],
+            "by": "Ada",
+        }
+        handle = client.get_workflow_handle(run_id)
+        await handle.signal("submit_tool_approval", decision)
+        assert not ledger.exists(), "nothing runs while no worker is alive"
+        second = _spawn_worker(openflow_env)
+        raw = await asyncio.wait_for(handle.result(), 60)
+        assert RunResult.model_validate(raw).status == "completed"
+        assert sorted(ledger.read_text().split()) == ["C", "a"], "a call ran twice or not at all"
+        history = await handle.fetch_history()
+        batches = [
+            e
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "tool_batch"
+        ]
+        assert len(batches) == 1
+        events = await runs.events(run_id)
+        denied = [(e["tool_call_id"], e["by"]) for e in events if e["type"] == "ToolDenied"]
+        assert denied == [("call-b", "Ada")]
+        await Harness(client, task_queue, openflow_home).replay(run_id)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

@@ -219,7 +219,9 @@ async def test_bad_queries_and_updates_answer_errors_and_leave_the_run_untouched
     rejected = {
         "no payload": [],
         "null": [None],
-        "kind must be one of input, approval, retry, message, interrupt, revert, budget": [{"kind": "shout"}],
+        "kind must be one of input, approval, retry, message, interrupt, revert, budget, revoke_grant": [
+            {"kind": "shout"}
+        ],
         "kind must be one of": [{"kind": ["input"], "node_id": "ask", "text": "x"}],
         "node_id: Input should be a valid string": [{"kind": "input", "node_id": 5, "text": "x"}],
         "an input action needs text": [{"kind": "input", "node_id": "ask"}],

@@ -74,7 +74,8 @@ async def test_one_trace_survives_a_worker_restart_and_a_replay(
         state = await harness.state(run_id)
         (approval,) = state["pendingApprovals"]
         await harness.runs.act(
-            run_id, Action(kind="approval", approval_id=approval["approvalId"], allow=True)
+            run_id,
+            Action(kind="approval", approval_id=approval["approvalId"], allow=True, by="Ada"),
         )
         await harness.wait_for(run_id, lambda s: "ask" in s["awaitingNodeIds"])
         await harness.runs.act(run_id, Action(kind="input", node_id="ask", text=ANSWER))
@@ -104,6 +105,11 @@ async def test_one_trace_survives_a_worker_restart_and_a_replay(
         "openflow.pause input ask",
     ):
         assert names.count(name) == 1, (name, names)
+    pause = next(s for s in spans if s.name == "openflow.pause approval write")
+    decisions = [dict(e.attributes) for e in pause.events if e.name == "openflow.tool.decision"]
+    assert [(d["openflow.decision"], d["openflow.decided_by"]) for d in decisions] == [
+        ("allow", "Ada")
+    ]
     assert names.count("execute_tool write") == 1
     assert names.count("openflow.run wf-test") == 1
     by_id = {s.context.span_id: s for s in spans}

@@ -634,6 +634,31 @@ async function runPage() {
       t.nodeLabel || t.nodeId || "run", ": ", t.message, t.atMs ? el("span", { className: "muted" }, ` · ${when(t.atMs)}`) : "")));
   }
 
+  // Remembered approvals: each grant with who made it, and a button that takes it back.
+  const grantsBox = el("section", { className: "grants" });
+  usage.after(grantsBox);
+  function renderGrants() {
+    const grants = state.grants || [];
+    const key = JSON.stringify(grants);
+    if (grantsBox.dataset.key === key) return;
+    clear(grantsBox).dataset.key = key;
+    if (!grants.length) return;
+    const result = el("div", { className: "notice", role: "status" });
+    grantsBox.append(el("h2", {}, "Remembered approvals"), el("ul", {}, grants.map((g) => {
+      const json = { tool: g.tool };
+      if (g.pathPrefix != null) json.path_prefix = g.pathPrefix;
+      const revoke = el("button", { type: "button", name: "revoke", onclick: async () => {
+        notice(result, "Sending…");
+        try { await api(`/runs/${run}/grants/revoke`, { method: "POST", json }); notice(result, "Revoked.", "ok"); scheduleRefresh(); }
+        catch (e) { notice(result, `Not accepted: ${e.message}`, "error"); }
+      } }, "Revoke");
+      return el("li", { className: "grant", "data-tool": g.tool },
+        el("code", {}, g.tool), g.pathPrefix != null ? [" under ", el("code", {}, g.pathPrefix)] : "",
+        " runs without asking", g.by ? el("span", { className: "muted" }, ` · by ${g.by}`) : "",
+        g.atMs ? el("span", { className: "muted" }, ` · ${when(g.atMs)}`) : "", " ", revoke);
+    })), result);
+  }
+
   function renderArtifacts() {
     const list = Object.values(state.toolArtifacts || {});
     if (artifactsBox.childElementCount && artifactsBox.dataset.count === String(list.length)) return;
@@ -726,6 +751,7 @@ async function runPage() {
     syncCards(pending, waiting, scheduleRefresh, "Nothing waits for you on this run.");
     waitingTitle.hidden = pending.hidden = !waiting.length && !pending.querySelector("article.pending");
     renderUsage();
+    renderGrants();
     renderNodes();
     renderArtifacts();
     renderTrace();

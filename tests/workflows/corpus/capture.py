@@ -32,7 +32,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from openflow.client import RunConflict
-from openflow.contracts import Action
+from openflow.contracts import Action, CallDecision, ToolGrant
 from openflow.engine.spec import Workflow
 from openflow.server import EmbeddedServer, free_port
 from openflow.testing import write_scripted_settings
@@ -232,6 +232,35 @@ async def approval_by_signal(h: Harness) -> list[str]:
     await h.handle(run_id).signal(
         "submit_tool_approval", {"approval_id": approval_id, "allow": True}
     )
+    return await completed(h, run_id)
+
+
+@scenario
+async def approval_per_call(h: Harness) -> list[str]:
+    """One call allowed, one denied, one edited; a grant that saves the next pause, revoked."""
+    three = tools(write("a.txt", "a"), write("b.txt", "b"), write("c.txt", "c"))
+    later = [{**tools(write("docs/d.md", "d")), "delay_ms": 1000}, tools(write("docs/e.md", "e"))]
+    h.script({"act": [three, *later, summary("wrote")]})
+    run_id = await h.start(make_workflow([node("act")], []))
+    state = await h.wait_for(run_id, lambda s: s["pendingApprovals"])
+    pending = state["pendingApprovals"][0]
+    ids = [call["id"] for call in pending["toolCalls"]]
+    decisions = [
+        CallDecision(call_id=ids[0], allow=True),
+        CallDecision(call_id=ids[1], allow=False, reason="not b"),
+        CallDecision(call_id=ids[2], allow=True, arguments={"path": "c2.txt", "content": "C"}),
+    ]
+    action = Action(
+        kind="approval",
+        approval_id=pending["approvalId"],
+        decisions=decisions,
+        remember=ToolGrant(tool="write", path_prefix="docs/"),
+        by="Ada",
+    )
+    await h.runs.act(run_id, action)
+    revoke = Action(kind="revoke_grant", tool="write", path_prefix="docs/", by="Ada")
+    await h.runs.act(run_id, revoke)
+    await approve_all(h, run_id)
     return await completed(h, run_id)
 
 

@@ -384,10 +384,6 @@ class Action(_Model):
     attachments: list[Attachment] = Field(default_factory=list)
 
 
-class EventsQuery(_Model):
-    after: int = 0
-
-
 class PendingPause(OmitDefaults, _Model):
     """One thing a paused run waits for from a person, as a notice describes it."""
 
@@ -473,7 +469,6 @@ __all__ = [
     "check_decisions",
     "MAX_BY_CHARS",
     "ToolGrant",
-    "EventsQuery",
     "HandoffInput",
     "HandoffResult",
     "ModelTurnInput",

@@ -76,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from openflow.workflows.tracing import RunSpans
 
-_EVENT = TypeAdapter(RunEvent)
+_EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
 AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 
@@ -147,7 +147,6 @@ class OpenFlowRun:
         self._status = "running"
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
-        self._unstarted: list[Intent] = []
         self._headers_sent: set[str] = set()
         self._input: c.RunInput | None = None
         self._applied = 0
@@ -415,7 +414,7 @@ class OpenFlowRun:
     async def _listed_webhooks(self) -> list[c.WebhookRef]:
         """The webhooks of a run whose preparation failed (and so did not list them)."""
         try:
-            listed = await workflow.execute_activity(
+            listed: c.ListWebhooksResult = await workflow.execute_activity(
                 c.ACTIVITY_LIST_WEBHOOKS,
                 c.ListWebhooksInput(),
                 result_type=c.ListWebhooksResult,
@@ -796,7 +795,7 @@ class OpenFlowRun:
         outputs = {n: ns.output for n, ns in sorted(self._snapshot.nodes.items()) if ns.has_output}
         return c.RunResult(
             run_id=self._snapshot.run_id,
-            status=status if status in ("completed", "failed", "stopped") else "failed",  # type: ignore[arg-type]
+            status=status if status in ("completed", "failed", "stopped") else "failed",
             outputs=outputs,
             error=self._snapshot.terminal_error,
         )

@@ -16,7 +16,7 @@ from typing import Any, assert_never
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import TypeAdapter
@@ -78,7 +78,6 @@ CARRY_EVENTS_BYTES = 256 * 1024
 
 POST_RUN_REVIEW = "post-run-review"
 INPUT_LIMITS = "input-limits"
-WEBHOOKS = "webhooks"
 FAILED_START_NOTICES = "failed-start-notices"
 
 
@@ -129,8 +128,7 @@ class OpenFlowRun:
         self._events_limit = OLD_HISTORY_EVENTS_LIMIT
         self._spans = RunSpans()
         self._webhooks: list[c.WebhookRef] = []
-        self._paused: frozenset[notices.PauseKey] = frozenset()
-        self._notices: list[asyncio.Task[None]] = []
+        self._notices = notices.Notifier()
 
     # --- the run ------------------------------------------------------------------------
 
@@ -184,8 +182,8 @@ class OpenFlowRun:
                     limits=workflow.patched(INPUT_LIMITS),
                 )
                 self._apply(plan, [])
-                if self._notices:
-                    await workflow.wait_condition(self._noticed)
+                if self._notices.tasks:
+                    await workflow.wait_condition(self._notices.started)
                 self._spans.end("failed", self._now())
                 return self._result()
             self._profiles = prepared.profiles
@@ -221,7 +219,7 @@ class OpenFlowRun:
                 self._snapshot = inp.snapshot
                 self._status = inp.snapshot.status
                 # What the execution before told of already.
-                self._paused = notices.pause_keys(inp.snapshot)
+                self._notices.paused = notices.pause_keys(inp.snapshot)
         self._apply(plan, list(inp.pending_intents))
         while not self._finished():
             try:
@@ -229,7 +227,7 @@ class OpenFlowRun:
                     await workflow.wait_condition(
                         lambda: (
                             bool(self._facts)
-                            or (workflow.all_handlers_finished() and self._noticed())
+                            or (workflow.all_handlers_finished() and self._notices.started())
                         )
                     )
                     if not self._facts:
@@ -240,9 +238,9 @@ class OpenFlowRun:
             self._step()
         await self._settle_cancelled_work()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._notices:
+        if self._notices.tasks:
             # A notice's child must have started before the run closes, or it never would.
-            await workflow.wait_condition(self._noticed)
+            await workflow.wait_condition(self._notices.started)
         result = self._result()
         self._spans.end(result.status, self._now())
         return result
@@ -285,7 +283,7 @@ class OpenFlowRun:
                 self._start(intent)
         self._update_visibility(plan)
         if self._webhooks:
-            self._notify(plan)
+            self._notices.notify(plan, self._webhooks, self._projection)
 
     def _update_visibility(self, plan: Plan) -> None:
         attrs = (self._status, display.awaiting_nodes(plan))
@@ -297,50 +295,6 @@ class OpenFlowRun:
         workflow.set_current_details(display.run_details(plan))
 
     # --- webhooks -----------------------------------------------------------------------
-
-    def _notify(self, plan: Plan) -> None:
-        """Tell the webhooks when something new waits for a person, and when the run ends."""
-        assert self._snapshot is not None
-        if plan.done:
-            if plan.status not in ("completed", "failed", "stopped"):
-                return
-            event: c.WebhookEvent = plan.status
-            awaiting: list[c.PendingPause] = []
-        else:
-            keys, self._paused = self._paused, notices.pause_keys(plan.snapshot)
-            if not self._paused - keys:
-                return
-            event, awaiting = "paused", notices.pending_pauses(plan, self._projection())
-        hooks = notices.subscribers(self._webhooks, event)
-        if not hooks or not workflow.patched(WEBHOOKS):
-            return
-        notice = c.RunNotice(
-            run_id=self._snapshot.run_id,
-            workflow_id=self._snapshot.workflow.id,
-            status=plan.status,
-            event=event,
-            awaiting=awaiting,
-        )
-        execution = workflow.info().run_id
-        child_id = f"{self._snapshot.run_id}.notice.{execution}.{len(self._notices)}"
-        self._notices.append(asyncio.create_task(self._tell(child_id, notice, hooks)))
-
-    async def _tell(self, child_id: str, notice: c.RunNotice, hooks: list[int]) -> None:
-        try:
-            await workflow.start_child_workflow(
-                c.WORKFLOW_NOTICE,
-                c.NoticeInput(notice=notice, hooks=hooks),
-                id=child_id,
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
-                static_summary=f"{notice.event} notice of {notice.run_id}",
-            )
-        except WorkflowAlreadyStartedError:
-            workflow.logger.warning("notice %s of run %s already sent", child_id, notice.run_id)
-
-    def _noticed(self) -> bool:
-        """Whether every notice's child workflow has started."""
-        return all(task.done() for task in self._notices)
 
     # --- intents ------------------------------------------------------------------------
 

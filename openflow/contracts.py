@@ -384,6 +384,32 @@ class Action(_Model):
     attachments: list[Attachment] = Field(default_factory=list)
 
 
+class ActResult(_Model):
+    """The `act` update's answer: the action was applied; the run's status after it."""
+
+    accepted: bool = True
+    status: str
+
+
+class EventsOrigin(_Model):
+    """The `events_origin` query's answer: where an execution's events start, and the
+    execution that holds the earlier ones."""
+
+    first_seq: int
+    previous_run_id: str | None = None
+
+
+class Checkpoint(_Model):
+    """The `checkpoint` query's answer: what a resumed execution starts from (as JSON)."""
+
+    input: dict[str, Any]
+    snapshot: dict[str, Any]
+    state: dict[str, Any]
+    events: list[dict[str, Any]]
+    first_seq: int
+    previous_run_id: str
+
+
 class PendingPause(OmitDefaults, _Model):
     """One thing a paused run waits for from a person, as a notice describes it."""
 
@@ -463,12 +489,15 @@ __all__ = [
     "ACTIVITY_MODEL_TURN",
     "ACTIVITY_PREPARE",
     "ACTIVITY_TOOL_BATCH",
+    "ActResult",
     "Action",
     "CallDecision",
+    "Checkpoint",
     "DecidedBy",
     "check_decisions",
     "MAX_BY_CHARS",
     "ToolGrant",
+    "EventsOrigin",
     "HandoffInput",
     "HandoffResult",
     "ModelTurnInput",

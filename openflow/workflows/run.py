@@ -8,7 +8,6 @@ events for the `events` and `state` queries, and keeps search attributes current
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable
 from contextlib import nullcontext
 from datetime import timedelta
@@ -19,20 +18,11 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import TypeAdapter
-
     from openflow import contracts as c
     from openflow.engine import advance as engine
     from openflow.engine import display
     from openflow.engine.compact import compact
     from openflow.engine.errors import EngineError
-    from openflow.engine.events import RunEvent
-    from openflow.engine.projection import (
-        WorkflowRunState,
-        apply_event,
-        initial_state,
-        trim_state,
-    )
     from openflow.engine.state import (
         ActionMalformed,
         ApprovalDecided,
@@ -61,9 +51,9 @@ with workflow.unsafe.imports_passed_through():
         read_act,
         read_after,
     )
+    from openflow.workflows.journal import Journal
     from openflow.workflows.tracing import RunSpans
 
-_EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
 AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 
@@ -73,7 +63,6 @@ HISTORY_EVENTS_LIMIT = 2_000
 #: The limit of executions that started before it was lowered (they replay as they ran).
 OLD_HISTORY_EVENTS_LIMIT = 10_000
 SHORT_EXECUTIONS = "short-executions"
-CARRY_EVENTS_BYTES = 256 * 1024
 
 
 POST_RUN_REVIEW = "post-run-review"
@@ -107,11 +96,7 @@ class OpenFlowRun:
 
     def __init__(self) -> None:
         self._facts: list[Fact] = []
-        self._events: list[RunEvent] = []
-        self._state: WorkflowRunState | None = None
-        self._projected = 0
-        self._first_seq = 1
-        self._previous_run_id: str | None = None
+        self._journal = Journal()
         self._snapshot: RunSnapshot | None = None
         self._status = "running"
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -141,27 +126,12 @@ class OpenFlowRun:
         self._events_limit = (
             HISTORY_EVENTS_LIMIT if workflow.patched(SHORT_EXECUTIONS) else OLD_HISTORY_EVENTS_LIMIT
         )
-        self._events = [_EVENT.validate_python(data) for data in inp.events]
-        self._first_seq = self._events[0].seq if self._events else inp.first_seq
-        self._previous_run_id = inp.previous_run_id
+        self._journal.begin(inp)
         self._headers_sent = set(inp.headers_sent)
-        if inp.state is not None:
-            # The carried state already reflects the carried events.
-            self._state = WorkflowRunState.model_validate(inp.state)
-            self._projected = len(self._events)
-        else:
-            self._state = initial_state(
-                inp.workflow.id,
-                inp.run_id,
-                [n.id for n in inp.workflow.nodes],
-                inp.workflow.settings.plan_mode.evidence_source_node_id
-                if inp.workflow.settings.plan_mode
-                else None,
-            )
         now = self._now()
         self._spans.start(inp.run_id, inp.workflow.id, now, continued=inp.snapshot is not None)
         if inp.snapshot is not None and inp.state is not None:
-            self._spans.carry_on(dict(self._state.status_by_node), now)
+            self._spans.carry_on(dict(self._journal.projection().status_by_node), now)
         plan: Plan
         if inp.snapshot is None:
             try:
@@ -269,7 +239,7 @@ class OpenFlowRun:
     def _apply(self, plan: Plan, carried: list[Intent]) -> None:
         self._snapshot = plan.snapshot
         self._status = plan.status
-        self._events.extend(plan.events)
+        self._journal.events.extend(plan.events)
         self._spans.observe(plan.events)
         self._facts.extend(plan.facts)
         intents = [*carried, *plan.intents]
@@ -283,7 +253,7 @@ class OpenFlowRun:
                 self._start(intent)
         self._update_visibility(plan)
         if self._webhooks:
-            self._notices.notify(plan, self._webhooks, self._projection)
+            self._notices.notify(plan, self._webhooks, self._journal.projection)
 
     def _update_visibility(self, plan: Plan) -> None:
         attrs = (self._status, display.awaiting_nodes(plan))
@@ -397,8 +367,8 @@ class OpenFlowRun:
                 profiles=self._profiles,
                 active_provider=self._active_provider,
                 snapshot=compact(self._snapshot),
-                state=self._carried_state(),
-                events=self._carried_events(),
+                state=self._journal.carried_state(),
+                events=self._journal.carried_events(),
                 first_seq=self._snapshot.event_seq + 1,
                 previous_run_id=workflow.info().run_id,
                 pending_intents=pending,
@@ -452,13 +422,13 @@ class OpenFlowRun:
         self._receive(action)
 
     @workflow.update(name=c.UPDATE_ACT)
-    async def act(self, *args: Any) -> dict[str, Any]:
+    async def act(self, *args: Any) -> c.ActResult:
         # The validator read these arguments when the update arrived (it does not run again on
         # replay), so they parse: the same model as before.
         self._receive(c.Action.model_validate(args[0]))
         target = self._received
         await workflow.wait_condition(lambda: self._applied >= target or self._finished())
-        return {"accepted": True, "status": self._status}
+        return c.ActResult(status=self._status)
 
     @act.validator
     def _validate_act(self, *args: Any) -> None:
@@ -480,7 +450,7 @@ class OpenFlowRun:
 
     @plain_query(c.QUERY_STATE)
     def state(self) -> dict[str, Any]:
-        data = self._projection().as_json()
+        data = self._journal.projection().as_json()
         data["status"] = self._status
         return data
 
@@ -501,48 +471,24 @@ class OpenFlowRun:
                 "pending_intents": [],
             }
         )
-        return {
-            "input": base.model_dump(mode="json"),
-            "snapshot": self._snapshot.model_dump(mode="json"),
-            "state": self._carried_state(),
-            "events": self._carried_events(),
-            "first_seq": self._snapshot.event_seq + 1,
-            "previous_run_id": workflow.info().run_id,
-        }
+        return c.Checkpoint(
+            input=base.model_dump(mode="json"),
+            snapshot=self._snapshot.model_dump(mode="json"),
+            state=self._journal.carried_state(),
+            events=self._journal.carried_events(),
+            first_seq=self._snapshot.event_seq + 1,
+            previous_run_id=workflow.info().run_id,
+        ).model_dump(mode="json")
 
     @workflow.query(name=c.QUERY_EVENTS)
     def events(self, *args: Any) -> list[dict[str, Any]]:
         after = read_after(args)
-        return [e.model_dump(mode="json") for e in self._events if e.seq > after]
+        return self._journal.after(after)
 
     @plain_query(c.QUERY_EVENTS_ORIGIN)
-    def events_origin(self) -> dict[str, Any]:
+    def events_origin(self) -> c.EventsOrigin:
         """Where this execution's events start, and the execution that holds the earlier ones."""
-        return {"first_seq": self._first_seq, "previous_run_id": self._previous_run_id}
-
-    def _carried_events(self) -> list[dict[str, Any]]:
-        """The events a continued or resumed execution takes along, while they are small.
-
-        Then a plain `events` query still answers from seq 1; past `CARRY_EVENTS_BYTES` they
-        stay with this execution, and `events_origin` leads readers back to them.
-        """
-        if self._previous_run_id is not None and self._first_seq > 1:
-            return []
-        dumped = [e.model_dump(mode="json") for e in self._events]
-        size = sum(len(json.dumps(e, separators=(",", ":"))) for e in dumped)
-        return dumped if size <= CARRY_EVENTS_BYTES else []
-
-    def _carried_state(self) -> dict[str, Any]:
-        """The projection a continued or resumed execution starts from (its lists trimmed)."""
-        return trim_state(self._projection()).model_dump(mode="json", by_alias=True)
-
-    def _projection(self) -> WorkflowRunState:
-        """The state projection, folded lazily: steps record events, queries project them."""
-        assert self._state is not None
-        while self._projected < len(self._events):
-            self._state = apply_event(self._state, self._events[self._projected])
-            self._projected += 1
-        return self._state
+        return self._journal.origin()
 
 
 __all__ = ["EngineFault", "OpenFlowRun"]

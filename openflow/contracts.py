@@ -433,8 +433,37 @@ class Action(_Model):
     attachments: list[Attachment] = Field(default_factory=list)
 
 
-class EventsQuery(_Model):
-    after: int = 0
+class ActResult(_Model):
+    """The `act` update's answer: the action was applied; the run's status after it."""
+
+    accepted: bool = True
+    status: str
+
+
+class RevertAnswer(ActResult):
+    """The `act` update's answer to a `revert`: the files restored, or why none were."""
+
+    paths: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class EventsOrigin(_Model):
+    """The `events_origin` query's answer: where an execution's events start, and the
+    execution that holds the earlier ones."""
+
+    first_seq: int
+    previous_run_id: str | None = None
+
+
+class Checkpoint(_Model):
+    """The `checkpoint` query's answer: what a resumed execution starts from (as JSON)."""
+
+    input: dict[str, Any]
+    snapshot: dict[str, Any]
+    state: dict[str, Any]
+    events: list[dict[str, Any]]
+    first_seq: int
+    previous_run_id: str
 
 
 class PendingPause(OmitDefaults, _Model):
@@ -520,13 +549,16 @@ __all__ = [
     "ACTIVITY_MODEL_TURN",
     "ACTIVITY_PREPARE",
     "ACTIVITY_TOOL_BATCH",
+    "ActResult",
+    "RevertAnswer",
     "Action",
     "CallDecision",
+    "Checkpoint",
     "DecidedBy",
     "check_decisions",
     "MAX_BY_CHARS",
     "ToolGrant",
-    "EventsQuery",
+    "EventsOrigin",
     "HandoffInput",
     "HandoffResult",
     "ModelTurnInput",

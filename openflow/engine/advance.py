@@ -39,11 +39,14 @@ from openflow.engine.spec import Budget, CallableAgent, Workflow
 from openflow.engine.state import (
     Continuation,
     Fact,
+    Intent,
     Interrupted,
+    ModelReplied,
     NodeState,
     Plan,
     RunSnapshot,
     RunStatus,
+    RunTools,
     SubagentRecord,
     ToolsOutcomeUnknown,
     WriteHandoff,
@@ -52,7 +55,7 @@ from openflow.engine.step import Step
 from openflow.engine.transcript import Attachment
 
 
-def _finish(step: Step) -> Plan:
+def _finish(step: Step, facts: tuple[Fact, ...] = ()) -> Plan:
     status: RunStatus = step.s.status
     return Plan(
         snapshot=step.s,
@@ -61,7 +64,44 @@ def _finish(step: Step) -> Plan:
         awaiting=awaiting(step),
         done=step.s.finished,
         status=status,
+        facts=facts,
     )
+
+
+def _eager_answers(step: Step, facts: Sequence[Fact]) -> tuple[Fact, ...]:
+    """The batches planned in this step that a model turn's eager reads already answered.
+
+    A reply's reads answer the first batch planned for its node, and only if that batch has
+    exactly the reply's calls: the batch leaves the plan and its results become a fact for
+    the next step. Reads that answer nothing are dropped (the batch runs as usual).
+    """
+    eager = {
+        f.node_id: f for f in facts if isinstance(f, ModelReplied) and f.eager and f.in_transcript
+    }
+    if not eager:
+        return ()
+    answers: list[Fact] = []
+    kept: list[Intent] = []
+    for intent in step.intents:
+        found = eager.pop(intent.node_id, None) if isinstance(intent, RunTools) else None
+        if (
+            not isinstance(intent, RunTools)
+            or found is None
+            or found.eager is None
+            or not _same_calls(found, intent)
+        ):
+            kept.append(intent)
+            continue
+        first = (found.persisted_len or 0) + len(reply_items(found.reply))
+        update = {"batch_id": intent.batch_id, "store_index": found.eager.store_index + first}
+        answers.append(found.eager.model_copy(update={**update, "in_transcript": True}))
+    step.intents[:] = kept
+    return tuple(answers)
+
+
+def _same_calls(reply: ModelReplied, batch: RunTools) -> bool:
+    asked = tuple((call.id, call.name, call.arguments) for call in reply.reply.tool_calls)
+    return asked == tuple((call.id, call.name, call.arguments) for call in batch.calls)
 
 
 def start(
@@ -181,9 +221,8 @@ def mcp_notices(workflow: Workflow, warnings: Sequence[str]) -> list[tuple[str, 
 def eager_tools(snapshot: RunSnapshot, node_id: str, offered: Iterable[str]) -> tuple[str, ...]:
     """The read-tier tools a node's model turn may run as soon as the model asks for them.
 
-    The shell may then feed their results for the batch the engine plans from that reply, if the
-    engine plans exactly those calls in the same step; otherwise the results are dropped and the
-    batch runs as usual. Empty when the node's approval mode would ask before a read.
+    Their results come back in the reply's fact (`ModelReplied.eager`) and answer the batch the
+    engine plans from that reply (`Plan.facts`), if it has exactly those calls. Empty when the node's approval mode would ask before a read.
     """
     node = snapshot.workflow.find_node(node_id)
     ns = snapshot.nodes.get(node_id)
@@ -202,7 +241,7 @@ def advance(snapshot: RunSnapshot, facts: Sequence[Fact], now_ms: int) -> Plan:
     for fact in facts:
         on_fact(step, fact)
     schedule(step)
-    return _finish(step)
+    return _finish(step, _eager_answers(step, facts))
 
 
 def continuation_problem(snapshot: RunSnapshot, node_id: str, text: str) -> str | None:

@@ -65,6 +65,8 @@ from openflow.engine.state import (
     RevertRequested,
     RunSnapshot,
     TimerFired,
+    ToolResultSummary,
+    ToolsFailed,
     ToolsFinished,
     ToolsLost,
     ToolsOutcomeUnknown,
@@ -73,7 +75,7 @@ from openflow.engine.state import (
 )
 from openflow.engine.step import Step
 from openflow.engine.subagents import count_call, fail_child, on_child_error, on_child_reply
-from openflow.engine.transcript import Attachment, UserItem
+from openflow.engine.transcript import Attachment, ToolCall, UserItem
 from openflow.engine.turn import (
     announce_approval,
     on_failure,
@@ -110,6 +112,8 @@ def on_fact(step: Step, fact: Fact) -> None:
         on_model_failed(step, fact)
     elif isinstance(fact, ToolsFinished):
         on_tools_finished(step, fact)
+    elif isinstance(fact, ToolsFailed):
+        on_tools_failed(step, fact)
     elif isinstance(fact, ToolsOutcomeUnknown):
         on_tools_unknown(step, fact)
     elif isinstance(fact, ToolsLost):
@@ -267,6 +271,7 @@ def on_tools_finished(step: Step, fact: ToolsFinished) -> None:
         return
     node_id = batch.node_id
     ns = step.node(node_id)
+    fact = named_results(fact, batch.calls)
     for event in fact.events:
         step.emit_reported(seat.key, event)
     by_id = {r.tool_call_id: (i, r) for i, r in enumerate(fact.results)}
@@ -309,6 +314,44 @@ def count_read(step: Step, node_id: str, path: str) -> None:
         if an is not None and any(r.get("path") == path for r in an.reads):
             step.s.redundant_reads += 1
             return
+
+
+def named_results(fact: ToolsFinished, calls: list[ToolCall]) -> ToolsFinished:
+    """The results with the call each answers: a result without its call's id answers the
+    call at its index (workers name them; results recorded before may not be)."""
+    if all(r.tool_call_id for r in fact.results):
+        return fact
+    results = tuple(
+        r.model_copy(update={"tool_call_id": calls[i].id, "tool_name": calls[i].name})
+        if not r.tool_call_id and i < len(calls)
+        else r
+        for i, r in enumerate(fact.results)
+    )
+    return fact.model_copy(update={"results": results})
+
+
+def on_tools_failed(step: Step, fact: ToolsFailed) -> None:
+    """A batch's activity failed without results. A read-only batch's calls fail (the model
+    sees it and may try again); a side-effecting batch may have run, so it is never sent
+    again: it is lost (its receipt is read) or, in runs without receipts, unknown."""
+    batch = step.s.batches.get(fact.batch_id)
+    if batch is None:
+        return
+    if not batch.side_effects:
+        failed = tuple(
+            ToolResultSummary(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                content=f"[failed] {call.name} could not run: the tool worker did not answer",
+                is_error=True,
+            )
+            for call in batch.calls
+        )
+        on_tools_finished(step, ToolsFinished(batch_id=fact.batch_id, results=failed))
+    elif fact.receipts:
+        on_tools_lost(step, ToolsLost(batch_id=fact.batch_id, reason=fact.reason))
+    else:
+        on_tools_unknown(step, ToolsOutcomeUnknown(batch_id=fact.batch_id, reason=fact.reason))
 
 
 def on_tools_lost(step: Step, fact: ToolsLost) -> None:

@@ -580,19 +580,6 @@ class RunSnapshot(_Model):
 # --- facts ------------------------------------------------------------------------------
 
 
-class ModelReplied(_Frozen):
-    kind: Literal["model_replied"] = "model_replied"
-    call_id: str
-    node_id: str
-    reply: ModelReply
-    reply_key: str = ""
-    persisted_len: int | None = None
-    #: The activity wrote the reply's items to the transcript from line `persisted_len` on.
-    in_transcript: bool = False
-    #: How long the call took, as the activity measured it (None in older histories).
-    ms: int | None = None
-
-
 class ModelFailed(_Frozen):
     kind: Literal["model_failed"] = "model_failed"
     call_id: str
@@ -632,6 +619,23 @@ class ToolsFinished(_Frozen):
     ms: tuple[int, ...] = ()
 
 
+class ModelReplied(_Frozen):
+    kind: Literal["model_replied"] = "model_replied"
+    call_id: str
+    node_id: str
+    reply: ModelReply
+    reply_key: str = ""
+    persisted_len: int | None = None
+    #: The activity wrote the reply's items to the transcript from line `persisted_len` on.
+    in_transcript: bool = False
+    #: How long the call took, as the activity measured it (None in older histories).
+    ms: int | None = None
+    #: The results of the reads the same activity ran for the reply's calls, written to the
+    #: transcript after the reply (their `store_index` counts from there). They answer the
+    #: batch the engine plans from this reply in the same step, if it has exactly those calls.
+    eager: ToolsFinished | None = None
+
+
 def stored_reply(fact: ModelReplied) -> list[StoredItemRef] | None:
     """Where the store holds the reply's items (`reply_items` order), or None."""
     from openflow.engine.protocol import reply_items
@@ -651,6 +655,17 @@ def stored_result(fact: ToolsFinished, index: int) -> StoredItemRef | None:
     if fact.store_key:
         return StoredItemRef(store_key=fact.store_key, index=fact.store_index + index)
     return None
+
+
+class ToolsFailed(_Frozen):
+    """A batch's activity failed without results: the engine settles it by its posture (a
+    read-only batch's calls fail; a side-effecting one is lost, or unknown without receipts)."""
+
+    kind: Literal["tools_failed"] = "tools_failed"
+    batch_id: str
+    reason: str = ""
+    #: The run reads a lost batch's receipt (false in runs recorded before receipts).
+    receipts: bool = True
 
 
 class ToolsOutcomeUnknown(_Frozen):
@@ -824,6 +839,7 @@ Fact = Annotated[
     ModelReplied
     | ModelFailed
     | ToolsFinished
+    | ToolsFailed
     | ToolsOutcomeUnknown
     | ToolsLost
     | ReceiptRead
@@ -863,6 +879,12 @@ class RunTools(_Frozen):
     calls: tuple[ToolCall, ...]
     side_effects: bool
     model_attempt: int = 1
+
+    @property
+    def attempts(self) -> int:
+        """How often the batch's activity is tried: a batch with side effects is never sent
+        twice (a lost one is looked up instead); a read-only one three times."""
+        return 1 if self.side_effects else 3
 
 
 class WriteHandoff(_Frozen):
@@ -923,6 +945,9 @@ class Plan(_Frozen):
     done: bool = False
     status: RunStatus = "running"
     rejected: str | None = None
+    #: Facts the engine already holds for its next step: a batch planned here that a model
+    #: turn's eager reads answered, instead of a batch to run.
+    facts: tuple[Fact, ...] = ()
 
 
 __all__ = [
@@ -977,6 +1002,7 @@ __all__ = [
     "SubagentRecord",
     "TimerFired",
     "ToolResultSummary",
+    "ToolsFailed",
     "ToolsFinished",
     "ToolsOutcomeUnknown",
     "ToolsLost",

@@ -10,11 +10,12 @@ History carries only the notice and the webhooks' places in settings.json.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
@@ -30,6 +31,8 @@ DELIVERY_RETRY = RetryPolicy(
 )
 DELIVERY_WINDOW = timedelta(days=1)
 ATTEMPT_TIMEOUT = timedelta(seconds=30)
+#: Runs recorded before webhooks start no notice children.
+WEBHOOKS = "webhooks"
 QUESTION_CHARS = 2_000
 
 PauseKey = tuple[str, str]
@@ -86,6 +89,59 @@ def subscribers(hooks: list[c.WebhookRef], event: c.WebhookEvent) -> list[int]:
     return [hook.index for hook in hooks if event in hook.events]
 
 
+class Notifier:
+    """A run's side of its notices: the pauses it told of, and the children that tell."""
+
+    def __init__(self) -> None:
+        self.paused: frozenset[PauseKey] = frozenset()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def started(self) -> bool:
+        """Whether every notice's child workflow has started."""
+        return all(task.done() for task in self.tasks)
+
+    def notify(
+        self, plan: Plan, hooks: list[c.WebhookRef], state: Callable[[], WorkflowRunState]
+    ) -> None:
+        """Tell the webhooks when something new waits for a person, and when the run ends."""
+        if plan.done:
+            if plan.status not in ("completed", "failed", "stopped"):
+                return
+            event: c.WebhookEvent = plan.status
+            awaiting: list[c.PendingPause] = []
+        else:
+            keys, self.paused = self.paused, pause_keys(plan.snapshot)
+            if not self.paused - keys:
+                return
+            event, awaiting = "paused", pending_pauses(plan, state())
+        places = subscribers(hooks, event)
+        if not places or not workflow.patched(WEBHOOKS):
+            return
+        run_id = plan.snapshot.run_id
+        notice = c.RunNotice(
+            run_id=run_id,
+            workflow_id=plan.snapshot.workflow.id,
+            status=plan.status,
+            event=event,
+            awaiting=awaiting,
+        )
+        child_id = f"{run_id}.notice.{workflow.info().run_id}.{len(self.tasks)}"
+        self.tasks.append(asyncio.create_task(self._tell(child_id, notice, places)))
+
+    async def _tell(self, child_id: str, notice: c.RunNotice, hooks: list[int]) -> None:
+        try:
+            await workflow.start_child_workflow(
+                c.WORKFLOW_NOTICE,
+                c.NoticeInput(notice=notice, hooks=hooks),
+                id=child_id,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
+                static_summary=f"{notice.event} notice of {notice.run_id}",
+            )
+        except WorkflowAlreadyStartedError:
+            workflow.logger.warning("notice %s of run %s already sent", child_id, notice.run_id)
+
+
 @workflow.defn(name=c.WORKFLOW_NOTICE)
 class OpenFlowNotice:
     """One notice, delivered to each of its webhooks, each retried on its own."""
@@ -130,6 +186,7 @@ class OpenFlowNotice:
 
 __all__ = [
     "DELIVERY_RETRY",
+    "Notifier",
     "OpenFlowNotice",
     "pause_keys",
     "pending_pauses",

@@ -8,36 +8,21 @@ events for the `events` and `state` queries, and keeps search attributes current
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
+from collections.abc import Awaitable
+from contextlib import nullcontext
 from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import TypeAdapter
-
     from openflow import contracts as c
-    from openflow.activities.model_turn import ModelTurnActivity
-    from openflow.activities.prepare_run import PrepareRunActivity
-    from openflow.activities.read_receipt import ReadReceiptActivity
-    from openflow.activities.revert_batch import RevertBatchActivity
-    from openflow.activities.tool_batch import ToolBatchActivity
-    from openflow.activities.write_handoff import WriteHandoffActivity
     from openflow.engine import advance as engine
+    from openflow.engine import display
     from openflow.engine.compact import compact
     from openflow.engine.errors import EngineError
-    from openflow.engine.events import RunEvent
-    from openflow.engine.projection import (
-        WorkflowRunState,
-        apply_event,
-        initial_state,
-        trim_state,
-    )
-    from openflow.engine.request import ProviderFailure
     from openflow.engine.state import (
         ActionMalformed,
         ApprovalDecided,
@@ -48,30 +33,21 @@ with workflow.unsafe.imports_passed_through():
         CancelWork,
         Fact,
         GrantRevoked,
-        HandoffStored,
         InputGiven,
         Intent,
         InterruptRequested,
         MessageSent,
-        ModelFailed,
-        ModelReplied,
         Plan,
         ReadReceipt,
-        ReceiptRead,
         RetryRequested,
         RevertRequested,
         RunSnapshot,
         RunTools,
         SleepUntil,
         TimerFired,
-        ToolResultSummary,
-        ToolsFinished,
-        ToolsLost,
-        ToolsOutcomeUnknown,
         WriteHandoff,
     )
-    from openflow.engine.transcript import ToolCall
-    from openflow.workflows import notices
+    from openflow.workflows import calls, notices
     from openflow.workflows.approvals import approval_fact, revoke_fact
     from openflow.workflows.handlers import (
         Malformed,
@@ -80,41 +56,22 @@ with workflow.unsafe.imports_passed_through():
         read_act,
         read_after,
     )
+    from openflow.workflows.journal import Journal
     from openflow.workflows.tracing import RunSpans
 
-_EVENT = TypeAdapter(RunEvent)
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
 AWAITING = SearchAttributeKey.for_keyword_list(c.SA_AWAITING)
 
-MODEL_TIMEOUT = timedelta(minutes=30)
-TOOL_TIMEOUT = timedelta(hours=2)
-HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 #: An execution continues as new past this many events, so a worker that takes a run over
 #: (and replays its history from the start) does so well inside the workflow task timeout.
 HISTORY_EVENTS_LIMIT = 2_000
 #: The limit of executions that started before it was lowered (they replay as they ran).
 OLD_HISTORY_EVENTS_LIMIT = 10_000
 SHORT_EXECUTIONS = "short-executions"
-CARRY_EVENTS_BYTES = 256 * 1024
-NO_RETRY = RetryPolicy(maximum_attempts=1)
-#: How often a batch is tried when its worker cannot see the run's folder (RunFolderMissing).
-FOLDER_MISSING_TRIES = 8
-
-
-def _folder_missing(exc: ActivityError) -> bool:
-    """Whether the activity failed because its worker could not see the run's folder."""
-    cause = exc.cause
-    return isinstance(cause, ApplicationError) and cause.type == c.RUN_FOLDER_MISSING
 
 
 POST_RUN_REVIEW = "post-run-review"
 INPUT_LIMITS = "input-limits"
-TOOL_RECEIPTS = "tool-receipts"
-#: Tool batches go to the worker's tool pool (`contracts.tool_task_queue`); runs recorded
-#: before scheduled them on the run's own task queue.
-TOOL_POOL = "tool-pool"
-RECEIPT_TIMEOUT = timedelta(seconds=30)
-WEBHOOKS = "webhooks"
 FAILED_START_NOTICES = "failed-start-notices"
 ACTIONS_DELIVERED = "actions-delivered"
 
@@ -163,16 +120,11 @@ class OpenFlowRun:
 
     def __init__(self) -> None:
         self._facts: list[Fact] = []
-        self._events: list[RunEvent] = []
-        self._state: WorkflowRunState | None = None
-        self._projected = 0
-        self._first_seq = 1
-        self._previous_run_id: str | None = None
+        self._journal = Journal()
         self._snapshot: RunSnapshot | None = None
         self._status = "running"
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
-        self._unstarted: list[Intent] = []
         self._headers_sent: set[str] = set()
         self._input: c.RunInput | None = None
         self._applied = 0
@@ -182,13 +134,10 @@ class OpenFlowRun:
         self._execution_dir = ""
         self._last_attrs: tuple[str, tuple[str, ...]] | None = None
         self._deferred: list[Intent] | None = None
-        # Tool results a model turn brought back with its reply, by node, for this step only.
-        self._eager: dict[str, tuple[tuple[Any, ...], c.ToolBatchResult, int]] = {}
         self._events_limit = OLD_HISTORY_EVENTS_LIMIT
         self._spans = RunSpans()
         self._webhooks: list[c.WebhookRef] = []
-        self._paused: frozenset[notices.PauseKey] = frozenset()
-        self._notices: list[asyncio.Task[None]] = []
+        self._notices = notices.Notifier()
 
     # --- the run ------------------------------------------------------------------------
 
@@ -201,53 +150,23 @@ class OpenFlowRun:
         self._events_limit = (
             HISTORY_EVENTS_LIMIT if workflow.patched(SHORT_EXECUTIONS) else OLD_HISTORY_EVENTS_LIMIT
         )
-        self._events = [_EVENT.validate_python(data) for data in inp.events]
-        self._first_seq = self._events[0].seq if self._events else inp.first_seq
-        self._previous_run_id = inp.previous_run_id
+        self._journal.begin(inp)
         self._headers_sent = set(inp.headers_sent)
-        if inp.state is not None:
-            # The carried state already reflects the carried events.
-            self._state = WorkflowRunState.model_validate(inp.state)
-            self._projected = len(self._events)
-        else:
-            self._state = initial_state(
-                inp.workflow.id,
-                inp.run_id,
-                [n.id for n in inp.workflow.nodes],
-                inp.workflow.settings.plan_mode.evidence_source_node_id
-                if inp.workflow.settings.plan_mode
-                else None,
-            )
         now = self._now()
         self._spans.start(inp.run_id, inp.workflow.id, now, continued=inp.snapshot is not None)
         if inp.snapshot is not None and inp.state is not None:
-            self._spans.carry_on(dict(self._state.status_by_node), now)
+            self._spans.carry_on(dict(self._journal.projection().status_by_node), now)
         plan: Plan
         if inp.snapshot is None:
             try:
-                prepared = await workflow.execute_activity_method(
-                    PrepareRunActivity.prepare_run,
-                    c.PrepareInput(
-                        run_id=inp.run_id,
-                        workflow=inp.workflow,
-                        project_dir=inp.project_dir,
-                        provider_id=inp.provider_id,
-                    ),
-                    start_to_close_timeout=timedelta(minutes=2),
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                    # Safe to run again: a worker lost here is replaced after half a second.
-                    retry_policy=RetryPolicy(
-                        initial_interval=timedelta(milliseconds=500), maximum_attempts=5
-                    ),
-                    summary="prepare run",
-                )
+                prepared = await calls.prepare_run(inp)
             except ActivityError as exc:
                 # Settings that cannot start the run (a missing key, an unknown provider, a
                 # broken script): the run ends failed, saying what to fix.
                 cause = exc.cause
                 message = getattr(cause, "message", None) or str(cause or exc)
                 if workflow.patched(FAILED_START_NOTICES):
-                    self._webhooks = await self._listed_webhooks()
+                    self._webhooks = await calls.listed_webhooks()
                 plan = engine.start(
                     inp.workflow,
                     inp.run_id,
@@ -257,8 +176,8 @@ class OpenFlowRun:
                     limits=workflow.patched(INPUT_LIMITS),
                 )
                 self._apply(plan, [])
-                if self._notices:
-                    await workflow.wait_condition(self._noticed)
+                if self._notices.tasks:
+                    await workflow.wait_condition(self._notices.started)
                 self._spans.end("failed", self._now())
                 return self._result()
             self._profiles = prepared.profiles
@@ -295,7 +214,7 @@ class OpenFlowRun:
                 self._snapshot = inp.snapshot
                 self._status = inp.snapshot.status
                 # What the execution before told of already.
-                self._paused = notices.pause_keys(inp.snapshot)
+                self._notices.paused = notices.pause_keys(inp.snapshot)
         self._apply(plan, list(inp.pending_intents))
         while not self._finished():
             try:
@@ -303,7 +222,7 @@ class OpenFlowRun:
                     await workflow.wait_condition(
                         lambda: (
                             bool(self._facts)
-                            or (workflow.all_handlers_finished() and self._noticed())
+                            or (workflow.all_handlers_finished() and self._notices.started())
                         )
                     )
                     if not self._facts:
@@ -314,9 +233,9 @@ class OpenFlowRun:
             self._step()
         await self._settle_cancelled_work()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._notices:
+        if self._notices.tasks:
             # A notice's child must have started before the run closes, or it never would.
-            await workflow.wait_condition(self._noticed)
+            await workflow.wait_condition(self._notices.started)
         result = self._result()
         self._spans.end(result.status, self._now())
         return result
@@ -351,14 +270,13 @@ class OpenFlowRun:
             )
         )
         self._apply(plan, [])
-        # Eager results answer only a batch planned in the step that took their reply.
-        self._eager.clear()
 
     def _apply(self, plan: Plan, carried: list[Intent]) -> None:
         self._snapshot = plan.snapshot
         self._status = plan.status
-        self._events.extend(plan.events)
+        self._journal.events.extend(plan.events)
         self._spans.observe(plan.events)
+        self._facts.extend(plan.facts)
         intents = [*carried, *plan.intents]
         if not plan.done and self._history_long() and not self._busy():
             self._deferred = [
@@ -370,116 +288,36 @@ class OpenFlowRun:
                 self._start(intent)
         self._update_visibility(plan)
         if self._webhooks:
-            self._notify(plan)
+            self._notices.notify(plan, self._webhooks, self._journal.projection)
 
     def _update_visibility(self, plan: Plan) -> None:
-        awaiting = plan.awaiting
-        nodes: set[str] = set(awaiting.inputs) | set(awaiting.retryables)
-        for batch_id in awaiting.approvals:
-            batch = plan.snapshot.batches.get(batch_id)
-            if batch is not None:
-                nodes.add(batch.node_id)
-        attrs = (self._status, tuple(sorted(nodes)))
+        attrs = (self._status, display.awaiting_nodes(plan))
         if attrs != self._last_attrs:
             self._last_attrs = attrs
             workflow.upsert_search_attributes(
                 [STATUS.value_set(attrs[0]), AWAITING.value_set(list(attrs[1]))]
             )
-        if plan.done:
-            details = f"{self._status}"
-        elif awaiting.any:
-            parts = []
-            if awaiting.inputs:
-                parts.append("input from " + ", ".join(awaiting.inputs))
-            if awaiting.approvals:
-                parts.append("approval of " + ", ".join(awaiting.approvals))
-            if awaiting.retryables:
-                parts.append("a retry of " + ", ".join(awaiting.retryables))
-            details = "waiting for " + "; ".join(parts)
-        else:
-            running = sorted(
-                n for n, ns in plan.snapshot.nodes.items() if ns.conversation.in_flight is not None
-            )
-            if plan.snapshot.review_call is not None:
-                details = "reviewing the run"
-            else:
-                details = "running " + ", ".join(running) if running else "running tools"
-        workflow.set_current_details(details)
+        workflow.set_current_details(display.run_details(plan))
 
     # --- webhooks -----------------------------------------------------------------------
-
-    def _notify(self, plan: Plan) -> None:
-        """Tell the webhooks when something new waits for a person, and when the run ends."""
-        assert self._snapshot is not None
-        if plan.done:
-            if plan.status not in ("completed", "failed", "stopped"):
-                return
-            event: c.WebhookEvent = plan.status
-            awaiting: list[c.PendingPause] = []
-        else:
-            keys, self._paused = self._paused, notices.pause_keys(plan.snapshot)
-            if not self._paused - keys:
-                return
-            event, awaiting = "paused", notices.pending_pauses(plan, self._projection())
-        hooks = notices.subscribers(self._webhooks, event)
-        if not hooks or not workflow.patched(WEBHOOKS):
-            return
-        notice = c.RunNotice(
-            run_id=self._snapshot.run_id,
-            workflow_id=self._snapshot.workflow.id,
-            status=plan.status,
-            event=event,
-            awaiting=awaiting,
-        )
-        execution = workflow.info().run_id
-        child_id = f"{self._snapshot.run_id}.notice.{execution}.{len(self._notices)}"
-        self._notices.append(asyncio.create_task(self._tell(child_id, notice, hooks)))
-
-    async def _tell(self, child_id: str, notice: c.RunNotice, hooks: list[int]) -> None:
-        try:
-            await workflow.start_child_workflow(
-                c.WORKFLOW_NOTICE,
-                c.NoticeInput(notice=notice, hooks=hooks),
-                id=child_id,
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
-                static_summary=f"{notice.event} notice of {notice.run_id}",
-            )
-        except WorkflowAlreadyStartedError:
-            workflow.logger.warning("notice %s of run %s already sent", child_id, notice.run_id)
-
-    async def _listed_webhooks(self) -> list[c.WebhookRef]:
-        """The webhooks of a run whose preparation failed (and so did not list them)."""
-        try:
-            listed = await workflow.execute_activity(
-                c.ACTIVITY_LIST_WEBHOOKS,
-                c.ListWebhooksInput(),
-                result_type=c.ListWebhooksResult,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-                summary="webhooks",
-            )
-        except ActivityError:
-            return []
-        return listed.webhooks
-
-    def _noticed(self) -> bool:
-        """Whether every notice's child workflow has started."""
-        return all(task.done() for task in self._notices)
 
     # --- intents ------------------------------------------------------------------------
 
     def _start(self, intent: Intent) -> None:
+        assert self._snapshot is not None
         if isinstance(intent, CallModel):
-            self._spawn(intent.call_id, self._model_turn(intent))
+            turn = calls.model_turn(
+                intent, self._snapshot, self._active_provider, self._headers_sent
+            )
+            self._spawn(intent.call_id, turn, intent.node_id)
         elif isinstance(intent, RunTools):
-            if not self._take_eager(intent):
-                self._spawn(intent.batch_id, self._tool_batch(intent))
+            self._spawn(intent.batch_id, calls.tool_batch(intent, self._snapshot), intent.node_id)
         elif isinstance(intent, WriteHandoff):
-            self._spawn(f"handoff:{intent.node_id}", self._handoff(intent))
+            handoff = calls.write_handoff(intent, self._snapshot.run_id)
+            self._spawn(f"handoff:{intent.node_id}", handoff)
         elif isinstance(intent, ReadReceipt):
             # Under the batch's id, so a stop that cancels the batch cancels its lookup.
-            self._spawn(intent.batch_id, self._read_receipt(intent))
+            self._spawn(intent.batch_id, calls.read_receipt(intent))
         elif isinstance(intent, SleepUntil):
             key = f"timer:{intent.node_id}"
             old = self._timers.pop(key, None)
@@ -494,48 +332,22 @@ class OpenFlowRun:
             for key, timer in self._timers.items():
                 if intent.timers is None or key.removeprefix("timer:") in intent.timers:
                     timer.cancel()
+        else:
+            assert_never(intent)
 
-    def _take_eager(self, intent: RunTools) -> bool:
-        """Answer a batch with the results its model turn already brought, if they are its own."""
-        found = self._eager.pop(intent.node_id, None)
-        if found is None:
-            return False
-        calls, result, lines_from = found
-        if calls != tuple((call.id, call.name, call.arguments) for call in intent.calls):
-            return False
-        self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls, lines_from))
-        return True
+    def _spawn(self, work_id: str, call: Awaitable[Fact], node_id: str | None = None) -> None:
+        """Run one activity's stub; the fact it answers goes to the engine's next step (a
+        cancelled one answers nothing). `node_id`: the span its activity belongs to."""
 
-    @staticmethod
-    def _tools_finished(
-        batch_id: str,
-        result: c.ToolBatchResult,
-        calls: tuple[ToolCall, ...],
-        lines_from: int | None = None,
-    ) -> ToolsFinished:
-        """The engine's fact for a batch's result; `lines_from` when a model turn ran it and
-        wrote the results to the transcript, its reply's first line there."""
-        named = []
-        for i, r in enumerate(result.results):
-            data = r.model_dump()
-            if not r.tool_call_id and i < len(calls):
-                data.update(tool_call_id=calls[i].id, tool_name=calls[i].name)
-            named.append(ToolResultSummary.model_validate(data))
-        return ToolsFinished(
-            batch_id=batch_id,
-            results=tuple(named),
-            store_key="" if lines_from is not None else result.store_key or c.batch_key(batch_id),
-            store_index=result.store_index + (lines_from or 0),
-            in_transcript=lines_from is not None,
-            interrupted=result.interrupted,
-            changed_files=tuple(result.changed_files),
-            reads=tuple(result.reads),
-            events=tuple(result.events),
-            ms=tuple(result.ms),
-        )
+        async def run() -> None:
+            try:
+                with self._spans.within(node_id) if node_id else nullcontext():
+                    fact = await call
+            except asyncio.CancelledError:
+                return
+            self._facts.append(fact)
 
-    def _spawn(self, work_id: str, coro: Any) -> None:
-        task: asyncio.Task[None] = asyncio.create_task(coro)
+        task: asyncio.Task[None] = asyncio.create_task(run())
         self._tasks[work_id] = task
 
         def done(finished: asyncio.Task[None], key: str = work_id) -> None:
@@ -554,230 +366,6 @@ class OpenFlowRun:
         except asyncio.CancelledError:
             return
         self._facts.append(TimerFired(node_id=intent.node_id))
-
-    async def _model_turn(self, intent: CallModel) -> None:
-        request = intent.request
-        header = request.model_copy(update={"turn_index": 0})
-        digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:16]
-        provider_id = request.provider_id or self._active_provider
-        inline = digest not in self._headers_sent
-        assert self._snapshot is not None
-        eager = (
-            engine.eager_tools(self._snapshot, intent.node_id, request.tool_names)
-            if intent.purpose == "node"
-            else ()
-        )
-        arg = c.ModelTurnInput(
-            call_id=intent.call_id,
-            node_id="" if c.call_node(intent.call_id) == request.node_id else request.node_id,
-            model_attempt=intent.model_attempt,
-            turn_index=request.turn_index,
-            header_digest=digest,
-            header=header if inline else None,
-            delta=intent.delta,
-            provider_id=provider_id,
-            eager=bool(eager),
-            purpose="review" if intent.purpose == "review" else "node",
-        )
-        try:
-            with self._spans.within(intent.node_id):
-                result = await self._model_activity(intent, arg)
-        except ActivityError as exc:
-            self._headers_sent.discard(digest)
-            self._facts.append(
-                ModelFailed(
-                    call_id=intent.call_id,
-                    node_id=intent.node_id,
-                    failure=ProviderFailure(
-                        kind="transient", message=f"model turn did not finish: {exc.cause or exc}"
-                    ),
-                    lost=True,
-                )
-            )
-            return
-        except asyncio.CancelledError:
-            return
-        self._headers_sent.add(digest)
-        if result.reply is not None:
-            # A reply stored under its own key comes from an older worker; a model turn now
-            # writes its reply (then the results of the reads it ran) into the transcript.
-            in_transcript = not result.reply_key
-            if result.tools is not None and in_transcript:
-                calls = tuple(
-                    (call.id, call.name, call.arguments) for call in result.reply.tool_calls
-                )
-                first = (result.persisted_len or 0) + len(engine.reply_items(result.reply))
-                self._eager[intent.node_id] = (calls, result.tools, first)
-            self._facts.append(
-                ModelReplied(
-                    call_id=intent.call_id,
-                    node_id=intent.node_id,
-                    reply=result.reply,
-                    reply_key=result.reply_key,
-                    persisted_len=result.persisted_len,
-                    in_transcript=in_transcript,
-                    ms=result.ms,
-                )
-            )
-        else:
-            failure = result.failure or ProviderFailure(kind="failed", message="no reply")
-            if result.refs_missing:
-                self._headers_sent.discard(digest)
-            self._facts.append(
-                ModelFailed(
-                    call_id=intent.call_id,
-                    node_id=intent.node_id,
-                    failure=failure,
-                    persisted_len=result.persisted_len,
-                    refs_missing=result.refs_missing,
-                    ms=result.ms,
-                )
-            )
-
-    async def _model_activity(self, intent: CallModel, arg: c.ModelTurnInput) -> c.ModelTurnResult:
-        return await workflow.execute_activity_method(
-            ModelTurnActivity.model_turn,
-            arg,
-            start_to_close_timeout=MODEL_TIMEOUT,
-            heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=NO_RETRY,
-            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-            summary="post-run review"
-            if intent.purpose == "review"
-            else f"model turn · {intent.node_id}"
-            + (f" · attempt {intent.model_attempt}" if intent.model_attempt > 1 else ""),
-        )
-
-    async def _tool_batch(self, intent: RunTools) -> None:
-        assert self._snapshot is not None
-        policy = self._snapshot.workflow.settings.retry_policy
-        names = ", ".join(dict.fromkeys(call.name for call in intent.calls))
-        first_path = next(
-            (
-                str(call.arguments.get("path"))
-                for call in intent.calls
-                if call.arguments.get("path")
-            ),
-            "",
-        )
-        summary = f"tools · {names}" + (f" {first_path}" if first_path else "")
-        arg = c.ToolBatchInput(
-            batch_id=intent.batch_id,
-            node_id=intent.node_id,
-            calls=list(intent.calls),
-            side_effects=intent.side_effects,
-            max_attempts=policy.max_attempts,
-            backoff_ms=policy.backoff_ms,
-        )
-        retry = NO_RETRY if intent.side_effects else RetryPolicy(maximum_attempts=3)
-        try:
-            with self._spans.within(intent.node_id):
-                result = await self._batch_activity(arg, retry, summary[:200])
-        except ActivityError as exc:
-            if intent.side_effects:
-                reason = str(exc.cause or exc)
-                # Runs recorded before receipts settled such a batch as unknown at once.
-                if workflow.patched(TOOL_RECEIPTS):
-                    self._facts.append(ToolsLost(batch_id=intent.batch_id, reason=reason))
-                else:
-                    self._facts.append(ToolsOutcomeUnknown(batch_id=intent.batch_id, reason=reason))
-            else:
-                self._facts.append(
-                    ToolsFinished(
-                        batch_id=intent.batch_id,
-                        results=tuple(
-                            ToolResultSummary(
-                                tool_call_id=call.id,
-                                tool_name=call.name,
-                                content=f"[failed] {call.name} could not run: the tool worker "
-                                "did not answer",
-                                is_error=True,
-                            )
-                            for call in intent.calls
-                        ),
-                    )
-                )
-            return
-        except asyncio.CancelledError:
-            return
-        self._facts.append(self._tools_finished(intent.batch_id, result, intent.calls))
-
-    async def _read_receipt(self, intent: ReadReceipt) -> None:
-        assert self._snapshot is not None
-        batch = self._snapshot.batches.get(intent.batch_id)
-        calls = tuple(batch.calls) if batch is not None else ()
-        try:
-            found = await workflow.execute_activity_method(
-                ReadReceiptActivity.read_receipt,
-                c.ReceiptInput(batch_id=intent.batch_id),
-                start_to_close_timeout=RECEIPT_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(maximum_attempts=5),
-                summary=f"receipt · {intent.node_id}",
-            )
-        except ActivityError as exc:
-            reason = f"its receipt could not be read: {exc.cause or exc}"
-            self._facts.append(ReceiptRead(batch_id=intent.batch_id, reason=reason))
-            return
-        except asyncio.CancelledError:
-            return
-        if found.result is None:
-            self._facts.append(ReceiptRead(batch_id=intent.batch_id, reason="it left no receipt"))
-            return
-        finished = self._tools_finished(intent.batch_id, found.result, calls)
-        self._facts.append(ReceiptRead(batch_id=intent.batch_id, finished=finished))
-
-    async def _batch_activity(
-        self, arg: c.ToolBatchInput, retry: RetryPolicy, summary: str
-    ) -> c.ToolBatchResult:
-        """Run the batch activity; again, after a pause, when its worker could not see the
-        run's folder (it ran nothing, so even a batch with side effects is safe to repeat on
-        whichever worker takes it)."""
-        tries = 0
-        while True:
-            try:
-                return await workflow.execute_activity_method(
-                    ToolBatchActivity.tool_batch,
-                    arg,
-                    task_queue=c.tool_task_queue(workflow.info().task_queue)
-                    if workflow.patched(TOOL_POOL)
-                    else None,
-                    start_to_close_timeout=TOOL_TIMEOUT,
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                    retry_policy=retry,
-                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                    summary=summary,
-                )
-            except ActivityError as exc:
-                tries += 1
-                if not _folder_missing(exc) or tries >= FOLDER_MISSING_TRIES:
-                    raise
-                await workflow.sleep(timedelta(seconds=min(2**tries, 30)))
-
-    async def _handoff(self, intent: WriteHandoff) -> None:
-        assert self._snapshot is not None
-        try:
-            result = await workflow.execute_activity_method(
-                WriteHandoffActivity.write_handoff,
-                c.HandoffInput(
-                    run_id=self._snapshot.run_id,
-                    node_id=intent.node_id,
-                    format=intent.format,
-                    output=intent.output,
-                ),
-                start_to_close_timeout=timedelta(minutes=1),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(maximum_attempts=5),
-                summary=f"handoff · {intent.node_id}",
-            )
-        except ActivityError as exc:
-            self._facts.append(HandoffStored(node_id=intent.node_id, error=str(exc.cause or exc)))
-            return
-        except asyncio.CancelledError:
-            return
-        self._facts.append(
-            HandoffStored(node_id=intent.node_id, manifest=result.manifest, error=result.error)
-        )
 
     async def _settle_cancelled_work(self) -> None:
         for timer in self._timers.values():
@@ -815,8 +403,8 @@ class OpenFlowRun:
                 profiles=self._profiles,
                 active_provider=self._active_provider,
                 snapshot=compact(self._snapshot),
-                state=self._carried_state(),
-                events=self._carried_events(),
+                state=self._journal.carried_state(),
+                events=self._journal.carried_events(),
                 first_seq=self._snapshot.event_seq + 1,
                 previous_run_id=workflow.info().run_id,
                 pending_intents=pending,
@@ -833,7 +421,7 @@ class OpenFlowRun:
         outputs = {n: ns.output for n, ns in sorted(self._snapshot.nodes.items()) if ns.has_output}
         return c.RunResult(
             run_id=self._snapshot.run_id,
-            status=status if status in ("completed", "failed", "stopped") else "failed",  # type: ignore[arg-type]
+            status=status if status in ("completed", "failed", "stopped") else "failed",
             outputs=outputs,
             error=self._snapshot.terminal_error,
         )
@@ -883,7 +471,7 @@ class OpenFlowRun:
         self._receive(action)
 
     @workflow.update(name=c.UPDATE_ACT)
-    async def act(self, *args: Any) -> dict[str, Any]:
+    async def act(self, *args: Any) -> c.ActResult:
         # The validator read these arguments when the update arrived (it does not run again on
         # replay), so they parse: the same model as before.
         action = c.Action.model_validate(args[0])
@@ -892,45 +480,38 @@ class OpenFlowRun:
         self._receive(action)
         target = self._received
         await workflow.wait_condition(lambda: self._applied >= target or self._finished())
-        return {"accepted": True, "status": self._status}
+        return c.ActResult(status=self._status)
 
-    async def _revert(self, batch_id: str) -> dict[str, Any]:
+    async def _revert(self, batch_id: str) -> c.RevertAnswer:
         """Undo an edit batch in an activity; the engine records what it did."""
         batch = self._edit_batch(batch_id)
         if batch is None or self._snapshot is None:  # the validator checked both
-            return {"accepted": False, "status": self._status, "error": "no such edit batch"}
-        try:
-            result = await workflow.execute_activity_method(
-                RevertBatchActivity.revert_batch,
-                c.RevertInput(
-                    run_id=self._snapshot.run_id,
-                    execution_dir=self._execution_dir or self._snapshot.execution_dir,
-                    batch=batch,
-                ),
-                task_queue=c.tool_task_queue(workflow.info().task_queue),
-                start_to_close_timeout=timedelta(minutes=2),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(maximum_attempts=3),
-                summary=f"revert · {batch_id}",
+            return c.RevertAnswer(accepted=False, status=self._status, error="no such edit batch")
+        result = await calls.revert_batch(
+            c.RevertInput(
+                run_id=self._snapshot.run_id,
+                execution_dir=self._execution_dir or self._snapshot.execution_dir,
+                batch=batch,
             )
-        except ActivityError as exc:
-            result = c.RevertResult(error=f"the revert did not finish: {exc.cause or exc}")
+        )
         self._received += 1
         target = self._received
         self._facts.append(
             BatchReverted(batch_id=batch_id, paths=tuple(result.paths), error=result.error)
         )
         await workflow.wait_condition(lambda: self._applied >= target or self._finished())
-        return {
-            "accepted": result.error is None,
-            "status": self._status,
-            "paths": result.paths,
-            "error": result.error,
-        }
+        return c.RevertAnswer(
+            accepted=result.error is None,
+            status=self._status,
+            paths=result.paths,
+            error=result.error,
+        )
 
     def _edit_batch(self, batch_id: str) -> Any:
         """The edit batch with its before-snapshots, as the run's events recorded it."""
-        return next((b for b in self._projection().edit_batches if b.batch_id == batch_id), None)
+        return next(
+            (b for b in self._journal.projection().edit_batches if b.batch_id == batch_id), None
+        )
 
     @act.validator
     def _validate_act(self, *args: Any) -> None:
@@ -954,7 +535,7 @@ class OpenFlowRun:
 
     @plain_query(c.QUERY_STATE)
     def state(self) -> dict[str, Any]:
-        data = self._projection().as_json()
+        data = self._journal.projection().as_json()
         data["status"] = self._status
         return data
 
@@ -976,48 +557,24 @@ class OpenFlowRun:
                 "continuation": None,
             }
         )
-        return {
-            "input": base.model_dump(mode="json"),
-            "snapshot": self._snapshot.model_dump(mode="json"),
-            "state": self._carried_state(),
-            "events": self._carried_events(),
-            "first_seq": self._snapshot.event_seq + 1,
-            "previous_run_id": workflow.info().run_id,
-        }
+        return c.Checkpoint(
+            input=base.model_dump(mode="json"),
+            snapshot=self._snapshot.model_dump(mode="json"),
+            state=self._journal.carried_state(),
+            events=self._journal.carried_events(),
+            first_seq=self._snapshot.event_seq + 1,
+            previous_run_id=workflow.info().run_id,
+        ).model_dump(mode="json")
 
     @workflow.query(name=c.QUERY_EVENTS)
     def events(self, *args: Any) -> list[dict[str, Any]]:
         after = read_after(args)
-        return [e.model_dump(mode="json") for e in self._events if e.seq > after]
+        return self._journal.after(after)
 
     @plain_query(c.QUERY_EVENTS_ORIGIN)
-    def events_origin(self) -> dict[str, Any]:
+    def events_origin(self) -> c.EventsOrigin:
         """Where this execution's events start, and the execution that holds the earlier ones."""
-        return {"first_seq": self._first_seq, "previous_run_id": self._previous_run_id}
-
-    def _carried_events(self) -> list[dict[str, Any]]:
-        """The events a continued or resumed execution takes along, while they are small.
-
-        Then a plain `events` query still answers from seq 1; past `CARRY_EVENTS_BYTES` they
-        stay with this execution, and `events_origin` leads readers back to them.
-        """
-        if self._previous_run_id is not None and self._first_seq > 1:
-            return []
-        dumped = [e.model_dump(mode="json") for e in self._events]
-        size = sum(len(json.dumps(e, separators=(",", ":"))) for e in dumped)
-        return dumped if size <= CARRY_EVENTS_BYTES else []
-
-    def _carried_state(self) -> dict[str, Any]:
-        """The projection a continued or resumed execution starts from (its lists trimmed)."""
-        return trim_state(self._projection()).model_dump(mode="json", by_alias=True)
-
-    def _projection(self) -> WorkflowRunState:
-        """The state projection, folded lazily: steps record events, queries project them."""
-        assert self._state is not None
-        while self._projected < len(self._events):
-            self._state = apply_event(self._state, self._events[self._projected])
-            self._projected += 1
-        return self._state
+        return self._journal.origin()
 
 
 __all__ = ["EngineFault", "OpenFlowRun"]

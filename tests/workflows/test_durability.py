@@ -128,7 +128,7 @@ async def test_long_run_continues_as_new_and_keeps_its_events(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(run_module, "HISTORY_EVENTS_LIMIT", 40)
-    monkeypatch.setattr(run_module, "CARRY_EVENTS_BYTES", 0)
+    monkeypatch.setattr("openflow.workflows.journal.CARRY_EVENTS_BYTES", 0)
     monkeypatch.setattr("openflow.engine.compact.KEEP_RECENT", 4)
     turns = [{"tools": [{"name": "ls", "args": {"path": "."}}]} for _ in range(12)]
     harness.script({"busy": [*turns, {"submit": {"summary": "done"}}]})

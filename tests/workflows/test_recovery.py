@@ -20,7 +20,7 @@ from openflow.contracts import RunResult
 from openflow.server import EmbeddedServer, free_port
 from openflow.testing import write_scripted_settings
 from openflow.worker import build_worker
-from openflow.workflows.run import HEARTBEAT_TIMEOUT
+from openflow.workflows.calls import HEARTBEAT_TIMEOUT
 from tests.workflows.conftest import Harness, make_workflow, node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

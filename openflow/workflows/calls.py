@@ -1,0 +1,303 @@
+"""One stub per activity of `OpenFlowRun`: each builds its one input, calls its activity typed
+(`workflow.execute_activity_method`) with its timeouts and retry policy, and answers the fact
+the engine folds, a failure included. Cancellation propagates to the caller.
+
+Activity names, inputs and the order of the commands are a durable contract: a recorded history
+replays only if these calls stay as they were (`workflow.patched` guards each change).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from openflow import contracts as c
+    from openflow.activities.model_turn import ModelTurnActivity
+    from openflow.activities.prepare_run import PrepareRunActivity
+    from openflow.activities.read_receipt import ReadReceiptActivity
+    from openflow.activities.revert_batch import RevertBatchActivity
+    from openflow.activities.tool_batch import ToolBatchActivity
+    from openflow.activities.write_handoff import WriteHandoffActivity
+    from openflow.engine.advance import eager_tools
+    from openflow.engine.display import model_summary, tools_summary
+    from openflow.engine.request import ProviderFailure
+    from openflow.engine.state import (
+        CallModel,
+        HandoffStored,
+        ModelFailed,
+        ModelReplied,
+        ReadReceipt,
+        ReceiptRead,
+        RunSnapshot,
+        RunTools,
+        ToolResultSummary,
+        ToolsFailed,
+        ToolsFinished,
+        WriteHandoff,
+    )
+
+MODEL_TIMEOUT = timedelta(minutes=30)
+TOOL_TIMEOUT = timedelta(hours=2)
+HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+RECEIPT_TIMEOUT = timedelta(seconds=30)
+NO_RETRY = RetryPolicy(maximum_attempts=1)
+#: How often a batch is tried when its worker cannot see the run's folder (RunFolderMissing).
+FOLDER_MISSING_TRIES = 8
+
+TOOL_RECEIPTS = "tool-receipts"
+#: Tool batches go to the worker's tool pool (`contracts.tool_task_queue`); runs recorded
+#: before scheduled them on the run's own task queue.
+TOOL_POOL = "tool-pool"
+
+
+def finished(
+    batch_id: str, result: c.ToolBatchResult, in_transcript: bool = False
+) -> ToolsFinished:
+    """The engine's fact for a batch's result (`in_transcript`: a model turn ran it and wrote
+    the results to the transcript after its reply)."""
+    return ToolsFinished(
+        batch_id=batch_id,
+        # A model turn's results leave out their calls: the engine names them.
+        results=tuple(
+            ToolResultSummary.model_validate(
+                {"tool_call_id": "", "tool_name": "", **r.model_dump()}
+            )
+            for r in result.results
+        ),
+        store_key="" if in_transcript else result.store_key or c.batch_key(batch_id),
+        store_index=result.store_index,
+        in_transcript=in_transcript,
+        interrupted=result.interrupted,
+        changed_files=tuple(result.changed_files),
+        reads=tuple(result.reads),
+        events=tuple(result.events),
+        ms=tuple(result.ms),
+    )
+
+
+async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
+    return await workflow.execute_activity_method(
+        PrepareRunActivity.prepare_run,
+        c.PrepareInput(
+            run_id=inp.run_id,
+            workflow=inp.workflow,
+            project_dir=inp.project_dir,
+            provider_id=inp.provider_id,
+        ),
+        start_to_close_timeout=timedelta(minutes=2),
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        # Safe to run again: a worker lost here is replaced after half a second.
+        retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=5),
+        summary="prepare run",
+    )
+
+
+async def listed_webhooks() -> list[c.WebhookRef]:
+    """The webhooks of a run whose preparation failed (and so did not list them)."""
+    try:
+        listed: c.ListWebhooksResult = await workflow.execute_activity(
+            c.ACTIVITY_LIST_WEBHOOKS,
+            c.ListWebhooksInput(),
+            result_type=c.ListWebhooksResult,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+            summary="webhooks",
+        )
+    except ActivityError:
+        return []
+    return listed.webhooks
+
+
+async def model_turn(
+    intent: CallModel, snapshot: RunSnapshot, provider_id: str, headers_sent: set[str]
+) -> ModelReplied | ModelFailed:
+    """One model call. The request's header travels inline until a worker has stored it
+    (`headers_sent`, kept current here); then only its digest does."""
+    request = intent.request
+    header = request.model_copy(update={"turn_index": 0})
+    digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:16]
+    eager = (
+        eager_tools(snapshot, intent.node_id, request.tool_names)
+        if intent.purpose == "node"
+        else ()
+    )
+    arg = c.ModelTurnInput(
+        call_id=intent.call_id,
+        node_id="" if c.call_node(intent.call_id) == request.node_id else request.node_id,
+        model_attempt=intent.model_attempt,
+        turn_index=request.turn_index,
+        header_digest=digest,
+        header=header if digest not in headers_sent else None,
+        delta=intent.delta,
+        provider_id=request.provider_id or provider_id,
+        eager=bool(eager),
+        purpose="review" if intent.purpose == "review" else "node",
+    )
+    try:
+        result = await workflow.execute_activity_method(
+            ModelTurnActivity.model_turn,
+            arg,
+            start_to_close_timeout=MODEL_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=NO_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+            summary=model_summary(intent),
+        )
+    except ActivityError as exc:
+        headers_sent.discard(digest)
+        failure = ProviderFailure(
+            kind="transient", message=f"model turn did not finish: {exc.cause or exc}"
+        )
+        return ModelFailed(
+            call_id=intent.call_id, node_id=intent.node_id, failure=failure, lost=True
+        )
+    headers_sent.add(digest)
+    if result.reply is None:
+        if result.refs_missing:
+            headers_sent.discard(digest)
+        return ModelFailed(
+            call_id=intent.call_id,
+            node_id=intent.node_id,
+            failure=result.failure or ProviderFailure(kind="failed", message="no reply"),
+            persisted_len=result.persisted_len,
+            refs_missing=result.refs_missing,
+            ms=result.ms,
+        )
+    # A reply stored under its own key comes from an older worker; a model turn now writes its
+    # reply (then the results of the reads it ran) into the transcript.
+    return ModelReplied(
+        call_id=intent.call_id,
+        node_id=intent.node_id,
+        reply=result.reply,
+        reply_key=result.reply_key,
+        persisted_len=result.persisted_len,
+        in_transcript=not result.reply_key,
+        ms=result.ms,
+        eager=None if result.tools is None else finished("", result.tools, True),
+    )
+
+
+async def tool_batch(intent: RunTools, snapshot: RunSnapshot) -> ToolsFinished | ToolsFailed:
+    """One tool batch, tried as often as its intent says."""
+    policy = snapshot.workflow.settings.retry_policy
+    arg = c.ToolBatchInput(
+        batch_id=intent.batch_id,
+        node_id=intent.node_id,
+        calls=list(intent.calls),
+        side_effects=intent.side_effects,
+        max_attempts=policy.max_attempts,
+        backoff_ms=policy.backoff_ms,
+    )
+    try:
+        result = await _batch_activity(arg, RetryPolicy(maximum_attempts=intent.attempts), intent)
+    except ActivityError as exc:
+        # Runs recorded before receipts settled a lost batch as unknown at once (the marker is
+        # asked only where they asked it).
+        receipts = intent.side_effects and workflow.patched(TOOL_RECEIPTS)
+        return ToolsFailed(
+            batch_id=intent.batch_id, reason=str(exc.cause or exc), receipts=receipts
+        )
+    return finished(intent.batch_id, result)
+
+
+def _folder_missing(exc: ActivityError) -> bool:
+    """Whether the activity failed because its worker could not see the run's folder."""
+    cause = exc.cause
+    return isinstance(cause, ApplicationError) and cause.type == c.RUN_FOLDER_MISSING
+
+
+async def _batch_activity(
+    arg: c.ToolBatchInput, retry: RetryPolicy, intent: RunTools
+) -> c.ToolBatchResult:
+    """Run the batch activity; again, after a pause, when its worker could not see the run's
+    folder (it ran nothing, so even a batch with side effects is safe to repeat on whichever
+    worker takes it)."""
+    tries = 0
+    while True:
+        try:
+            return await workflow.execute_activity_method(
+                ToolBatchActivity.tool_batch,
+                arg,
+                task_queue=c.tool_task_queue(workflow.info().task_queue)
+                if workflow.patched(TOOL_POOL)
+                else None,
+                start_to_close_timeout=TOOL_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=retry,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=tools_summary(intent),
+            )
+        except ActivityError as exc:
+            tries += 1
+            if not _folder_missing(exc) or tries >= FOLDER_MISSING_TRIES:
+                raise
+            await workflow.sleep(timedelta(seconds=min(2**tries, 30)))
+
+
+async def read_receipt(intent: ReadReceipt) -> ReceiptRead:
+    """A lost batch's receipt: its recorded results, or why there are none."""
+    try:
+        found = await workflow.execute_activity_method(
+            ReadReceiptActivity.read_receipt,
+            c.ReceiptInput(batch_id=intent.batch_id),
+            start_to_close_timeout=RECEIPT_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary=f"receipt · {intent.node_id}",
+        )
+    except ActivityError as exc:
+        reason = f"its receipt could not be read: {exc.cause or exc}"
+        return ReceiptRead(batch_id=intent.batch_id, reason=reason)
+    if found.result is None:
+        return ReceiptRead(batch_id=intent.batch_id, reason="it left no receipt")
+    return ReceiptRead(batch_id=intent.batch_id, finished=finished(intent.batch_id, found.result))
+
+
+async def write_handoff(intent: WriteHandoff, run_id: str) -> HandoffStored:
+    try:
+        result = await workflow.execute_activity_method(
+            WriteHandoffActivity.write_handoff,
+            c.HandoffInput(
+                run_id=run_id, node_id=intent.node_id, format=intent.format, output=intent.output
+            ),
+            start_to_close_timeout=timedelta(minutes=1),
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary=f"handoff · {intent.node_id}",
+        )
+    except ActivityError as exc:
+        return HandoffStored(node_id=intent.node_id, error=str(exc.cause or exc))
+    return HandoffStored(node_id=intent.node_id, manifest=result.manifest, error=result.error)
+
+
+__all__ = [
+    "finished",
+    "listed_webhooks",
+    "model_turn",
+    "prepare_run",
+    "read_receipt",
+    "tool_batch",
+    "write_handoff",
+]
+
+
+async def revert_batch(inp: c.RevertInput) -> c.RevertResult:
+    """Undo an edit batch's file changes on the tool pool; a revert that cannot finish says
+    why instead of failing the update."""
+    try:
+        return await workflow.execute_activity_method(
+            RevertBatchActivity.revert_batch,
+            inp,
+            task_queue=c.tool_task_queue(workflow.info().task_queue),
+            start_to_close_timeout=timedelta(minutes=2),
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=3),
+            summary=f"revert · {inp.batch.batch_id}",
+        )
+    except ActivityError as exc:
+        return c.RevertResult(error=f"the revert did not finish: {exc.cause or exc}")

@@ -25,6 +25,7 @@ def test_every_activity_keeps_the_name_history_records(tmp_path: Path) -> None:
         "model_turn",
         "prepare_run",
         "read_receipt",
+        "revert_batch",
         "tool_batch",
         "write_handoff",
     ]

@@ -1,7 +1,8 @@
 """Files people give a run: checked, kept in the run store by content, referenced in history.
 
-An attachment comes with the entrypoint (`openflow run --attach`, multipart `POST /runs`) or
-with an input answer (`openflow runs input --attach`, multipart `POST /runs/{id}/input`). Its
+An attachment comes with the entrypoint (`openflow run --attach`, multipart `POST /runs`),
+with an input answer (`openflow runs input --attach`, multipart `POST /runs/{id}/input`) or
+with a live message (`openflow runs message --attach`, multipart `POST /runs/{id}/messages`). Its
 bytes go to the run store under `attachments/<sha256>` before the run hears of it; Temporal
 history carries only an `Attachment` reference (id, name, media type, size, sha256, and the
 `run://attachments/<sha256>` URI). The model-turn activity reads the bytes back just before a

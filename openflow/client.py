@@ -394,11 +394,11 @@ class Runs:
 
         A text over max_message_bytes raises LimitExceeded before anything is sent, and so does
         an attachment that cannot be given (AttachmentError, LimitExceeded). `attachments` go
-        with an input answer only; their bytes are stored before the action is sent.
+        with an input answer or a message only; their bytes are stored before the action is sent.
         """
         check_action_texts(action)
-        if attachments and action.kind != "input":
-            raise ActionRejected("attachments go with an input answer only")
+        if attachments and action.kind not in ("input", "message"):
+            raise ActionRejected("attachments go with an input answer or a message only")
         prepared = prepare(attachments) if attachments else []
         handle = await self.handle(run_id)
         desc = await handle.describe()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path as FsPath
 from typing import Annotated, Any
 
@@ -32,6 +32,7 @@ from openflow.api.routing import StrictJsonRoute
 from openflow.api.sse import MEDIA_TYPE, event_stream, stream_response, wants_stream
 from openflow.api.uploads import AttachmentsRoute, multipart_doc, uploads_of
 from openflow.api.workflows import check_workflow
+from openflow.attachments import Upload
 from openflow.catalog import Catalog
 from openflow.client import RunSummary
 from openflow.engine.events import RunEvent
@@ -227,8 +228,10 @@ async def get_events(
     return stream_response(stream)
 
 
-async def _act(runs: RunsDep, run_id: str, action: c.Action) -> ActionResult:
-    result = await runs.act(run_id, action)
+async def _act(
+    runs: RunsDep, run_id: str, action: c.Action, uploads: Sequence[Upload] = ()
+) -> ActionResult:
+    result = await runs.act(run_id, action, uploads)
     return ActionResult(
         accepted=bool(result.get("accepted", True)), status=str(result.get("status", ""))
     )
@@ -245,10 +248,7 @@ async def give_input(
     run_id: RunId, body: InputBody, runs: RunsDep, request: Request
 ) -> ActionResult:
     """Answer a node that awaits input (JSON, or multipart form data with files to attach)."""
-    result = await runs.act(run_id, body.action(), uploads_of(request))
-    return ActionResult(
-        accepted=bool(result.get("accepted", True)), status=str(result.get("status", ""))
-    )
+    return await _act(runs, run_id, body.action(), uploads_of(request))
 
 
 @router.post(
@@ -290,10 +290,18 @@ async def set_budget(run_id: RunId, body: BudgetBody, runs: RunsDep) -> ActionRe
     return await _act(runs, run_id, body.action())
 
 
-@router.post("/{run_id}/messages", response_model=ActionResult, responses=_ACT_ERRORS)
-async def send_message(run_id: RunId, body: MessageBody, runs: RunsDep) -> ActionResult:
-    """Send a live message to a node."""
-    return await _act(runs, run_id, body.action())
+@_post_with_attachments(
+    "/{run_id}/messages",
+    {"node_id": _TEXT, "text": _TEXT},
+    ["node_id", "text"],
+    response_model=ActionResult,
+    responses=_ACT_ERRORS,
+)
+async def send_message(
+    run_id: RunId, body: MessageBody, runs: RunsDep, request: Request
+) -> ActionResult:
+    """Send a live message to a node (JSON, or multipart form data with files to attach)."""
+    return await _act(runs, run_id, body.action(), uploads_of(request))
 
 
 @router.post(

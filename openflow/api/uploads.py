@@ -1,4 +1,4 @@
-"""Multipart bodies for the routes that take attachments (`POST /runs`, `POST /runs/{id}/input`).
+"""Multipart bodies for the routes that take attachments (`POST /runs`, `.../input`, `.../messages`).
 
 Such a route reads the JSON body it always did; a `multipart/form-data` body is turned into
 that same JSON before the route sees it: each text field becomes a field of the body (`workflow`

@@ -326,6 +326,14 @@ def _add_runs_actions(actions: Any) -> None:
     message.add_argument("run_id", metavar="ID")
     message.add_argument("node_id", metavar="NODE")
     message.add_argument("text", metavar="TEXT")
+    message.add_argument(
+        "--attach",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="a file to give with the message: an image, a PDF or a text file (repeatable)",
+    )
     message.set_defaults(handler=cmd_runs_message)
 
     stop = actions.add_parser("stop", help="stop a run (it can be resumed)")

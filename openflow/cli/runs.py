@@ -379,7 +379,8 @@ def cmd_runs_budget(args: argparse.Namespace) -> int:
 def cmd_runs_message(args: argparse.Namespace) -> int:
     """`openflow runs message ID NODE TEXT`: a message a live node sees on its next turn."""
     action = c.Action(kind="message", node_id=args.node_id, text=args.text)
-    return _act(args.run_id, action, f"sent to {args.node_id!r}")
+    uploads = read_attachments(args.attach)
+    return _act(args.run_id, action, f"sent to {args.node_id!r}", uploads)
 
 
 def _act(run_id: str, action: c.Action, done: str, uploads: list[Upload] | None = None) -> int:

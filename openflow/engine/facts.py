@@ -412,13 +412,23 @@ def on_action(step: Step, fact: Action) -> None:
     elif isinstance(fact, MessageSent):
         ns = step.node(fact.node_id)
         if ns.awaiting:
-            give_input(step, fact.node_id, fact.text)
+            give_input(step, fact.node_id, fact.text, fact.attachments)
         elif ns.failed is not None or ns.interrupted:
-            retry(step, fact.node_id, fact.text)
+            retry(step, fact.node_id, fact.text, fact.attachments)
         else:
-            ns.queued_messages.append(fact.text)
+            queued: str | UserItem = fact.text
+            if fact.attachments:
+                queued = UserItem(content=fact.text, attachments=fact.attachments)
+            ns.queued_messages.append(queued)
             ns.late_messages = ns.late_messages or fact.deliver_late
-            step.emit(ChatMessage(node_id=fact.node_id, role="user", content=fact.text))
+            step.emit(
+                ChatMessage(
+                    node_id=fact.node_id,
+                    role="user",
+                    content=fact.text,
+                    attachments=fact.attachments,
+                )
+            )
     else:
         assert_never(fact)
 

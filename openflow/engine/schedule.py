@@ -83,8 +83,8 @@ def dispatch_model(step: Step, node_id: str) -> None:
     if hold(step, seat):
         return
     ns = step.node(node_id)
-    for text in ns.queued_messages:
-        append(step, seat, UserItem(content=text))
+    for queued in ns.queued_messages:
+        append(step, seat, queued if isinstance(queued, UserItem) else UserItem(content=queued))
     ns.queued_messages = []
     request = build_request(step, node_id)
     if request is None:

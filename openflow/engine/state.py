@@ -24,7 +24,7 @@ from pydantic import (
 from openflow.engine.events import RunEvent, SubagentStatus
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, Workflow
-from openflow.engine.transcript import Attachment, ToolCall, TranscriptItem
+from openflow.engine.transcript import Attachment, ToolCall, TranscriptItem, UserItem
 from openflow.engine.wire import OmitDefaults
 
 RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
@@ -323,7 +323,9 @@ class NodeState(_HoldsConversation):
     """
 
     phase: NodePhase = Field(default_factory=Ready)
-    queued_messages: list[str] = Field(default_factory=list)
+    #: People's live messages for the node's next turn: a text, or the user item of one that
+    #: carries attachments.
+    queued_messages: list[str | UserItem] = Field(default_factory=list)
     turn_seq: int = 0
     calls_done: int = 0
     errored_attempt: int = 0
@@ -769,6 +771,7 @@ class MessageSent(_Frozen):
     kind: Literal["message"] = "message"
     node_id: str
     text: str
+    attachments: tuple[Attachment, ...] = ()
     #: A message taken while the node's last turn is in flight gets a turn of its own when
     #: that turn submits; False replays runs recorded when the submit won and it was lost.
     deliver_late: bool = Field(default=True, exclude=True)

@@ -111,7 +111,9 @@ def _action_fact(
         return RevertRequested(batch_id=action.batch_id or "")
     if action.kind == "budget":
         return BudgetSet(max_cost_usd=action.max_cost_usd, max_tokens=action.max_tokens)
-    return MessageSent(node_id=action.node_id or "", text=action.text or "")
+    return MessageSent(
+        node_id=action.node_id or "", text=action.text or "", attachments=tuple(action.attachments)
+    )
 
 
 @workflow.defn(name=c.WORKFLOW_NAME)

@@ -101,6 +101,54 @@ async def test_a_file_too_big_or_of_no_supported_type_is_refused_and_nothing_rec
     assert plain.status_code == 200, plain.text
 
 
+async def test_a_multipart_message_to_a_live_node_reaches_its_next_request(
+    api: httpx.AsyncClient, worker: Worker, script: Any, openflow_home: Path
+) -> None:
+    script(
+        {
+            "talk": [
+                {"delay_ms": 3000, "submit": {"summary": "without the message"}},
+                {"submit": {"summary": "with the message"}},
+            ]
+        }
+    )
+    talk = workflow_json([node("talk", requestUserInput=True)])
+    started = await api.post("/runs", json={"workflow": talk, "entrypoint": "go"})
+    run_id = started.json()["run_id"]
+    await wait_for_state(api, run_id, lambda s: s["statusByNode"]["talk"] == "started")
+    big = b"x" * (MAX_ATTACHMENT_BYTES.value + 1)
+    before = (await api.get(f"/runs/{run_id}/events")).json()
+    refused = await api.post(
+        f"/runs/{run_id}/messages",
+        data={"node_id": "talk", "text": "too big"},
+        files=[("attachments", ("big.txt", big, "text/plain"))],
+    )
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "limit_exceeded"
+    assert (await api.get(f"/runs/{run_id}/events")).json() == before
+
+    sent = await api.post(
+        f"/runs/{run_id}/messages",
+        data={"node_id": "talk", "text": "and this chart"},
+        files=[("attachments", ("chart.png", PNG, "image/png"))],
+    )
+    assert sent.status_code == 200, sent.text
+    state = await wait_for_state(api, run_id, lambda s: s["status"] == "completed")
+    assert state["outputs"]["talk"] == {"summary": "with the message"}
+    [said] = [m for m in state["chatLogs"]["talk"] if m["content"] == "and this chart"]
+    assert [a["name"] for a in said["attachments"]] == ["chart.png"]
+    path = openflow_home / "runs" / run_id / "transcripts" / "talk.jsonl"
+    items = [json.loads(line) for line in path.read_text().splitlines()]
+    [item] = [i for i in items if i.get("content") == "and this chart"]
+    [ref] = item["attachments"]
+    assert (ref["name"], ref["media_type"], ref["size_bytes"]) == (
+        "chart.png",
+        "image/png",
+        len(PNG),
+    )
+    assert (openflow_home / "runs" / run_id / "attachments" / ref["sha256"]).read_bytes() == PNG
+
+
 async def test_the_mutation_gate_refuses_a_second_run_on_a_folder_unless_allowed(
     api: httpx.AsyncClient, worker: Worker, script: Any, tmp_path: Path
 ) -> None:

@@ -35,6 +35,8 @@ async def test_a_file_that_cannot_be_attached_is_refused_in_one_line(
     assert_one_line_error(too_big, "big.txt", "max_attachment_bytes")
     folder = await openflow(env, "runs", "input", "run-x", "look", "hi", "--attach", str(tmp_path))
     assert_one_line_error(folder, "is a folder")
+    message = await openflow(env, "runs", "message", "run-x", "look", "hi", "--attach", str(big))
+    assert_one_line_error(message, "big.txt", "max_attachment_bytes")
 
 
 async def test_a_second_run_on_a_folder_is_refused_naming_the_first_unless_allowed(

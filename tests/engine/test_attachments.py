@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from openflow.engine import advance as engine
-from openflow.engine.state import CallModel, InputGiven, ModelReplied, RunSnapshot
+from openflow.engine.state import CallModel, InputGiven, MessageSent, ModelReplied, RunSnapshot
 from openflow.engine.transcript import Attachment, UserItem
-from tests.engine.driver import ask, single_agent_workflow
+from tests.engine.driver import ask, ok_summary, single_agent_workflow
 
 CHART = Attachment(
     id="att-1",
@@ -73,3 +73,49 @@ def test_an_answer_with_an_image_is_in_the_transcript_and_survives_a_checkpoint(
     assert last == UserItem(content="this one", attachments=(CHART, NOTES))
     [said] = [e for e in plan.events if e.type == "ChatMessage" and e.role == "user"]  # type: ignore[attr-defined]
     assert said.attachments == (CHART, NOTES)  # type: ignore[attr-defined]
+
+
+def test_a_live_message_with_an_image_reaches_the_next_request_across_a_checkpoint() -> None:
+    plan = engine.start(
+        single_agent_workflow(requestUserInput=True), "run-a", 0, entrypoint_text="look"
+    )
+    call = first_call(plan)
+    fact = MessageSent(node_id="first", text="and this", attachments=(CHART,))
+    assert engine.check(plan.snapshot, fact) is None
+    plan = engine.advance(plan.snapshot, [fact], 1)
+    [said] = [e for e in plan.events if e.type == "ChatMessage" and e.role == "user"]  # type: ignore[attr-defined]
+    assert said.attachments == (CHART,)  # type: ignore[attr-defined]
+    restored = RunSnapshot.model_validate_json(plan.snapshot.model_dump_json())
+    reply = ModelReplied(call_id=call.call_id, node_id="first", reply=ok_summary())
+    plan = engine.advance(restored, [reply], 2)
+    first_call(plan)  # the node reads the message on a call of its own
+    transcript = plan.snapshot.nodes["first"].conversation.transcript
+    assert UserItem(content="and this", attachments=(CHART,)) in transcript
+
+
+def test_a_message_with_attachments_to_a_node_awaiting_input_is_its_answer() -> None:
+    plan = engine.start(
+        single_agent_workflow(requestUserInput=True), "run-a", 0, entrypoint_text="look"
+    )
+    call = first_call(plan)
+    plan = engine.advance(
+        plan.snapshot, [ModelReplied(call_id=call.call_id, node_id="first", reply=ask("Which?"))], 1
+    )
+    plan = engine.advance(
+        plan.snapshot, [MessageSent(node_id="first", text="", attachments=(NOTES,))], 2
+    )
+    restored = RunSnapshot.model_validate_json(plan.snapshot.model_dump_json())
+    assert restored.nodes["first"].conversation.transcript[-1] == UserItem(
+        content="", attachments=(NOTES,)
+    )
+    first_call(plan)
+
+
+def test_a_checkpoint_with_queued_texts_still_loads() -> None:
+    plan = engine.start(
+        single_agent_workflow(requestUserInput=True), "run-a", 0, entrypoint_text="look"
+    )
+    plan = engine.advance(plan.snapshot, [MessageSent(node_id="first", text="note")], 1)
+    data = plan.snapshot.model_dump(mode="json")
+    assert data["nodes"]["first"]["queued_messages"] == ["note"]
+    assert RunSnapshot.model_validate(data).nodes["first"].queued_messages == ["note"]

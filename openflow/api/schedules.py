@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel
 
 from openflow.api.deps import CatalogDep, RunsDep
 from openflow.api.errors import Conflict, NotFound, Unprocessable, documented
@@ -18,6 +16,8 @@ from openflow.schedules import (
     ScheduleInvalid,
     ScheduleNotFound,
     Schedules,
+    ScheduleSummary,
+    SyncReport,
 )
 
 router = APIRouter(prefix="/schedules", tags=["schedules"], route_class=StrictJsonRoute)
@@ -27,32 +27,9 @@ ScheduleName = Annotated[
 ]
 
 
-class ScheduleOut(BaseModel):
-    """One schedule: its workflow, when it runs, whether it is paused, its recent runs."""
-
-    schedule_id: str
-    workflow_id: str
-    cron: str
-    timezone: str
-    paused: bool
-    note: str
-    project_dir: str | None
-    entrypoint: str
-    next_runs: list[str]
-    recent_runs: list[str]
-    running: list[str]
-    skipped: int
-
-
-class SyncOut(BaseModel):
-    """What a sync changed, by schedule id."""
-
-    created: list[str]
-    updated: list[str]
-    deleted: list[str]
-    unchanged: list[str]
-    skipped: list[str]
-    invalid: list[str]
+#: The API answers with the models `openflow schedules` prints from.
+ScheduleOut = ScheduleSummary
+SyncOut = SyncReport
 
 
 @contextmanager
@@ -72,7 +49,7 @@ def schedule_errors() -> Iterator[None]:
 async def list_schedules(runs: RunsDep) -> list[ScheduleOut]:
     """Every schedule of your workflows."""
     with schedule_errors():
-        return [ScheduleOut(**asdict(s)) for s in await Schedules(runs).list()]
+        return await Schedules(runs).list()
 
 
 @router.post("/sync", response_model=SyncOut, responses=documented(401, 503))
@@ -80,21 +57,21 @@ async def sync_schedules(runs: RunsDep, catalog: CatalogDep) -> SyncOut:
     """Create missing schedules, update changed ones, delete those of workflows gone."""
     with schedule_errors():
         report = await Schedules(runs).sync(catalog)
-    return SyncOut(**asdict(report))
+    return report
 
 
 @router.get("/{name}", response_model=ScheduleOut, responses=documented(401, 404, 503))
 async def get_schedule(name: ScheduleName, runs: RunsDep) -> ScheduleOut:
     """One schedule, by workflow id."""
     with schedule_errors():
-        return ScheduleOut(**asdict(await Schedules(runs).get(name)))
+        return await Schedules(runs).get(name)
 
 
 async def _by_hand(name: str, runs: RunsDep, verb: str) -> ScheduleOut:
     schedules = Schedules(runs)
     with schedule_errors():
         await getattr(schedules, verb)(name)
-        return ScheduleOut(**asdict(await schedules.get(name)))
+        return await schedules.get(name)
 
 
 @router.post("/{name}/pause", response_model=ScheduleOut, responses=documented(401, 404, 503))

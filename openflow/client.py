@@ -326,25 +326,27 @@ class Runs:
             raise RunNotFound(f"no run {run_id!r}")
         return handle
 
-    async def state(self, run_id: str) -> dict[str, Any]:
-        """The `state` query's JSON as it is (see `run_state` for the model)."""
+    async def state(self, run_id: str) -> WorkflowRunState:
+        """The run's state projection, parsed once here for every reader."""
+        return parse_state(await self.raw_state(run_id))
+
+    async def raw_state(self, run_id: str) -> dict[str, Any]:
+        """The `state` query's JSON as it is, for a reader of the wire shape itself (most
+        readers want `state`)."""
         handle = await self.handle(run_id)
         state: dict[str, Any] = await handle.query(c.QUERY_STATE, result_type=dict)
         return state
 
-    async def run_state(self, run_id: str) -> WorkflowRunState:
-        """The run's state projection, parsed once here for every reader."""
-        return parse_state(await self.state(run_id))
-
-    async def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
-        """The run's events after `after` as the `events` query's JSON (see `run_events`)."""
-        handle = await self.handle(run_id)
-        return await events_after(self.client, handle, after)
-
-    async def run_events(self, run_id: str, after: int = 0) -> list[RunEvent]:
+    async def events(self, run_id: str, after: int = 0) -> list[RunEvent]:
         """The run's events after `after` as RunEvent models, gap-free across continue-as-new
         and resume."""
-        return parse_events(await self.events(run_id, after))
+        return parse_events(await self.raw_events(run_id, after))
+
+    async def raw_events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        """The `events` query's JSON as it is (see `events_after`), for a reader of the wire
+        shape itself (most readers want `events`)."""
+        handle = await self.handle(run_id)
+        return await events_after(self.client, handle, after)
 
     async def status(self, run_id: str) -> str:
         handle = await self.handle(run_id)
@@ -352,7 +354,7 @@ class Runs:
         if desc.status == WorkflowExecutionStatus.RUNNING:
             return desc.typed_search_attributes.get(SA_STATUS) or "running"
         if desc.status == WorkflowExecutionStatus.COMPLETED:
-            return (await self.run_state(run_id)).status
+            return (await self.state(run_id)).status
         return CLOSED_STATUS.get(desc.status, "failed") if desc.status else "failed"
 
     async def list(

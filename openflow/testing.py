@@ -29,6 +29,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from openflow import contracts as c
 from openflow.client import Runs
+from openflow.engine import RunEvent, WorkflowRunState
+from openflow.engine.events import RunReport
 from openflow.engine.spec import Workflow
 from openflow.server import EmbeddedServer, free_port
 from openflow.worker import build_worker
@@ -68,18 +70,17 @@ class HeadlessError(Exception):
 class RunOutcome:
     run_id: str
     status: str
-    state: dict[str, Any]
-    events: list[dict[str, Any]]
+    state: WorkflowRunState
+    events: list[RunEvent]
     outputs: dict[str, Any] = field(default_factory=dict)
 
-    def events_of(self, type_: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("type") == type_]
+    def events_of(self, type_: str) -> list[RunEvent]:
+        return [e for e in self.events if e.type == type_]
 
     @property
-    def report(self) -> dict[str, Any] | None:
+    def report(self) -> RunReport | None:
         """The run report of a completed run: outputs, usage, the post-run review's suggestions."""
-        report = self.state.get("lastReport")
-        return report if isinstance(report, dict) else None
+        return self.state.last_report
 
 
 def write_scripted_settings(
@@ -119,16 +120,16 @@ async def drive(
         desc = await handle.describe()
         if desc.status != WorkflowExecutionStatus.RUNNING:
             break
-        state = await handle.query(c.QUERY_STATE, result_type=dict)
+        state = await runs.state(run_id)
         acted = False
-        for node_id in state.get("awaitingNodeIds", []):
+        for node_id in state.awaiting_node_ids:
             if not queued.get(node_id):
                 raise HeadlessError(f"missing manual input for node {node_id!r}")
             await runs.act(run_id, c.Action(kind="input", node_id=node_id, text=queued[node_id][0]))
             queued[node_id].pop(0)
             acted = True
-        for pending in state.get("pendingApprovals", []):
-            approval_id = pending["approvalId"]
+        for pending in state.pending_approvals:
+            approval_id = pending.approval_id
             match = next((d for d in decisions if d[0] in ("", approval_id)), None)
             if match is None:
                 raise HeadlessError(f"missing approval for {approval_id!r}")
@@ -137,10 +138,10 @@ async def drive(
                 run_id, c.Action(kind="approval", approval_id=approval_id, allow=match[1])
             )
             acted = True
-        for node_id, status in state.get("statusByNode", {}).items():
-            if status not in ("failed", "interrupted") or not state.get("active", True):
+        for node_id, status in state.status_by_node.items():
+            if status not in ("failed", "interrupted") or not state.active:
                 continue
-            error = str(state.get("lastError") or "")
+            error = state.last_error or ""
             transient = error.startswith("transient:") or "timeout" in error or "timed out" in error
             retries[node_id] = retries.get(node_id, 0) + 1
             limit = max_retries if max_retries is not None else 3
@@ -152,14 +153,14 @@ async def drive(
             raise HeadlessError(f"run {run_id!r} did not finish within {timeout:.0f}s")
         if not acted:
             await asyncio.sleep(0.05)
-    state = await handle.query(c.QUERY_STATE, result_type=dict)
+    state = await runs.state(run_id)
     events = await runs.events(run_id)
     return RunOutcome(
         run_id=run_id,
-        status=str(state.get("status")),
+        status=state.status,
         state=state,
         events=events,
-        outputs=dict(state.get("outputs") or {}),
+        outputs=dict(state.outputs),
     )
 
 

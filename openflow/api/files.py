@@ -119,7 +119,7 @@ async def _as_in_manifest(
     found: list[tuple[str, str, bytes]],
 ) -> list[tuple[str, str, bytes]]:
     """Both formats are stored (the node changed format and re-ran): the manifest decides."""
-    state = await runs.run_state(run_id)
+    state = await runs.state(run_id)
     manifest = state.handoffs.get(node_id) or {}
     uri = manifest.get("uri") if isinstance(manifest, dict) else None
     chosen = [f for f in found if uri == f"run://{folder}/{f[0]}"]

@@ -173,7 +173,7 @@ async def list_runs(
 )
 async def get_run(run_id: RunId, runs: RunsDep) -> WorkflowRunState:
     """The run as a person sees it (the `state` query)."""
-    return await runs.run_state(run_id)
+    return await runs.state(run_id)
 
 
 @router.get(
@@ -213,7 +213,7 @@ async def get_events(
     """The run's durable events after a sequence number, as JSON or as a live stream."""
     start = max(after, last_event_id or 0)
     if not wants_stream(request.headers.get("accept")):
-        return await runs.run_events(run_id, start)
+        return await runs.events(run_id, start)
     handle = await runs.handle(run_id)
     stream = event_stream(
         runs.client,

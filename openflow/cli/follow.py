@@ -609,7 +609,7 @@ class Follower:
         rendered and tracked by the time the pause is keyed.
         """
         try:
-            state = await asyncio.wait_for(self.runs.run_state(self.run_id), QUERY_TIMEOUT_S)
+            state = await asyncio.wait_for(self.runs.state(self.run_id), QUERY_TIMEOUT_S)
             await self._drain_events()
         except (WorkflowQueryFailedError, RPCError, TimeoutError) as exc:
             # The first workflow task may not have run yet (no worker yet, or a slow start);
@@ -621,7 +621,7 @@ class Follower:
         return state
 
     async def _drain_events(self) -> None:
-        events = await self.runs.run_events(self.run_id, after=self._seq)
+        events = await self.runs.events(self.run_id, after=self._seq)
         self._render(events)
 
     def _drain_live(self) -> None:

@@ -46,7 +46,7 @@ from openflow.cli.follow import (
     find_pauses,
     usage_text,
 )
-from openflow.client import RunError, state_json
+from openflow.client import RunError, event_json, state_json
 from openflow.connect import load_target
 from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.errors import LimitExceeded
@@ -240,7 +240,7 @@ async def _costs(runs: Any, run_ids: list[str]) -> dict[str, str]:
     async def one(run_id: str) -> tuple[str, str]:
         async with gate:
             try:
-                state = await asyncio.wait_for(runs.run_state(run_id), COST_QUERY_SECONDS)
+                state = await asyncio.wait_for(runs.state(run_id), COST_QUERY_SECONDS)
             except (TimeoutError, RPCError, WorkflowQueryFailedError, RunError):
                 return run_id, "-"
             return run_id, f"~${state.usage.run.estimated_cost_usd:.4f}"
@@ -254,13 +254,13 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
     async def main() -> int:
         runs = await connect_runs()
         status = await runs.status(args.run_id)
-        state = await answer_in_time(runs.run_state(args.run_id), args.run_id, runs)
+        state = await answer_in_time(runs.state(args.run_id), args.run_id, runs)
         if status not in ("running", "paused"):
             state = state.model_copy(update={"status": status})
         if args.json:
             print(json.dumps(state_json(state), indent=2, ensure_ascii=False))
             return EXIT_OK
-        events = await answer_in_time(runs.run_events(args.run_id), args.run_id, runs)
+        events = await answer_in_time(runs.events(args.run_id), args.run_id, runs)
         _print_run(args.run_id, state, events)
         return EXIT_OK
 
@@ -310,7 +310,7 @@ def cmd_runs_events(args: argparse.Namespace) -> int:
         runs = await connect_runs()
         events = await answer_in_time(runs.events(args.run_id, after=args.after), args.run_id, runs)
         if args.json:
-            print(json.dumps(events, indent=2, ensure_ascii=False))
+            print(json.dumps([event_json(e) for e in events], indent=2, ensure_ascii=False))
             return EXIT_OK
         for event in events:
             print(event_line(event))
@@ -319,10 +319,11 @@ def cmd_runs_events(args: argparse.Namespace) -> int:
     return run_main(main())
 
 
-def event_line(event: dict[str, Any], width: int = 80) -> str:
+def event_line(event: RunEvent, width: int = 80) -> str:
     """`  12  NodeStarted  node_id=plan model_attempt=0`: one event on one line."""
+    data = event_json(event)
     fields = []
-    for key, value in event.items():
+    for key, value in data.items():
         if key in ("seq", "type", "at_ms"):
             continue
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -330,7 +331,7 @@ def event_line(event: dict[str, Any], width: int = 80) -> str:
         if len(text) > width:
             text = text[: width - 1] + "…"
         fields.append(f"{key}={text}")
-    return f"{event.get('seq', 0):>5}  {event.get('type', '?')}  {' '.join(fields)}".rstrip()
+    return f"{event.seq:>5}  {event.type}  {' '.join(fields)}".rstrip()
 
 
 def cmd_runs_input(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from openflow.client import Runs
+from openflow.client import Runs, parse_events, parse_state
 from openflow.contracts import RunResult
+from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.spec import Workflow
 from openflow.testing import agent_node, write_scripted_settings
 from openflow.worker import FAILURE_TYPES, build_worker, sandbox_runner
@@ -105,17 +106,32 @@ class Harness:
     def handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
         return self.client.get_workflow_handle(run_id)
 
-    async def state(self, run_id: str) -> dict[str, Any]:
+    async def state(self, run_id: str) -> WorkflowRunState:
+        """The latest execution's `state` query, as the projection model."""
+        return parse_state(await self.raw_state(run_id))
+
+    async def raw_state(self, run_id: str) -> dict[str, Any]:
+        """The `state` query's JSON as the latest execution answers it (its wire shape)."""
         return await self.handle(run_id).query("state", result_type=dict)
 
-    async def events(self, run_id: str) -> list[dict[str, Any]]:
+    async def events(self, run_id: str) -> list[RunEvent]:
+        """The latest execution's own events (the `events` query after 0), as models."""
+        return parse_events(await self.raw_events(run_id))
+
+    async def raw_events(self, run_id: str) -> list[dict[str, Any]]:
+        """The `events` query's JSON as the latest execution answers it (its wire shape)."""
         return await self.handle(run_id).query("events", {"after": 0}, result_type=list)
 
-    async def wait_for(self, run_id: str, predicate: Any, timeout: float = 30.0) -> dict[str, Any]:
+    async def wait_for(
+        self,
+        run_id: str,
+        predicate: Callable[[WorkflowRunState], object],
+        timeout: float = 30.0,
+    ) -> WorkflowRunState:
         """Poll the state until `predicate(state)` holds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        last: dict[str, Any] = {}
+        last: WorkflowRunState | None = None
         while loop.time() < deadline:
             try:
                 last = await self.state(run_id)
@@ -126,7 +142,8 @@ class Harness:
                 return last
             await asyncio.sleep(0.05)
         raise AssertionError(
-            f"condition not reached; last status {last.get('status')!r}: {json.dumps(last)[:2000]}"
+            "condition not reached; last state: "
+            + (json.dumps(last.as_json())[:2000] if last is not None else "none answered")
         )
 
     async def result(self, run_id: str, timeout: float = 60.0) -> RunResult:

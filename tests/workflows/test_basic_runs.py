@@ -8,6 +8,15 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from openflow.contracts import Action
+from openflow.engine.events import (
+    ActionIgnored,
+    Finished,
+    NodeRetrying,
+    NodeStarted,
+    ToolCallProposed,
+    ToolCompleted,
+    UsageReported,
+)
 from openflow.engine.spec import Workflow
 from tests.workflows.conftest import COMPAT, Harness, make_workflow, node
 
@@ -25,15 +34,15 @@ async def test_linear_run_completes_and_replays(harness: Harness) -> None:
     assert result.status == "completed"
     assert result.outputs["step-c"] == {"summary": "ship it"}
     state = await harness.state(run_id)
-    assert state["status"] == "completed"
-    assert state["statusByNode"] == {
+    assert state.status == "completed"
+    assert state.status_by_node == {
         "step-a": "completed",
         "step-b": "completed",
         "step-c": "completed",
     }
     events = await harness.events(run_id)
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert events[-1]["type"] == "Finished"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert isinstance(events[-1], Finished)
     handoff = harness.home / "runs" / run_id / "handoffs" / "step-a" / "HANDOFF.json"
     assert json.loads(handoff.read_text()) == {"summary": "ship it"}
     await harness.replay(run_id)
@@ -129,14 +138,14 @@ async def test_compat_idea_to_ship_runs_with_people(harness: Harness, name: str)
         exhausted=None,
     )
     run_id = await harness.start(wf, entrypoint="CSV export")
-    state = await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["shape-work"])
-    assert state["status"] == "paused"
+    state = await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["shape-work"])
+    assert state.status == "paused"
     await harness.runs.act(run_id, Action(kind="input", node_id="shape-work", text="export"))
-    state = await harness.wait_for(run_id, lambda s: s["pendingApprovals"])
-    approval = state["pendingApprovals"][0]
-    assert approval["nodeId"] == "implement-ticket"
+    state = await harness.wait_for(run_id, lambda s: s.pending_approvals)
+    approval = state.pending_approvals[0]
+    assert approval.node_id == "implement-ticket"
     await harness.runs.act(
-        run_id, Action(kind="approval", approval_id=approval["approvalId"], allow=True)
+        run_id, Action(kind="approval", approval_id=approval.approval_id, allow=True)
     )
     result = await harness.result(run_id)
     assert result.status == "completed"
@@ -150,7 +159,7 @@ async def test_input_answered_by_signal_and_stale_action_rejected(harness: Harne
     harness.script({"ask": [{"ask": "What name?"}, {"echo": True}]})
     wf = make_workflow([node("ask", requestUserInput=True)], [])
     run_id = await harness.start(wf, entrypoint="name it")
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     with pytest.raises(WorkflowUpdateFailedError) as rejected:
         await harness.handle(run_id).execute_update(
             "act", Action(kind="input", node_id="other", text="x")
@@ -160,7 +169,7 @@ async def test_input_answered_by_signal_and_stale_action_rejected(harness: Harne
     result = await harness.result(run_id)
     assert result.status == "completed"
     state = await harness.state(run_id)
-    users = [m["content"] for m in state["chatLogs"]["ask"] if m["role"] == "user"]
+    users = [m.content for m in state.chat_logs["ask"] if m.role == "user"]
     assert "Ada" in users
     await harness.replay(run_id)
 
@@ -169,22 +178,22 @@ async def test_signal_matching_nothing_is_recorded_and_ignored(harness: Harness)
     harness.script({"ask": [{"ask": "What name?"}, {"echo": True}]})
     wf = make_workflow([node("ask", requestUserInput=True)], [])
     run_id = await harness.start(wf)
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     await harness.handle(run_id).signal("retry_node", {"node_id": "ask"})
     await harness.handle(run_id).signal(
         "submit_tool_approval", {"approval_id": "nope", "allow": True}
     )
     events = []
     for _ in range(100):
-        events = [e for e in await harness.events(run_id) if e["type"] == "ActionIgnored"]
+        events = [e for e in await harness.events(run_id) if isinstance(e, ActionIgnored)]
         if len(events) == 2:
             break
-    assert [e["reason"] for e in events] == [
+    assert [e.reason for e in events] == [
         "node 'ask' is not failed or interrupted, so it cannot be retried",
         "no pending approval 'nope'",
     ]
     state = await harness.state(run_id)
-    assert state["status"] == "paused"
+    assert state.status == "paused"
     await harness.runs.act(run_id, Action(kind="input", node_id="ask", text="Ada"))
     assert (await harness.result(run_id)).status == "completed"
 
@@ -204,20 +213,20 @@ async def test_approval_denied_tells_the_model_and_run_continues(harness: Harnes
     )
     wf = make_workflow([node("act")], [])
     run_id = await harness.start(wf)
-    state = await harness.wait_for(run_id, lambda s: s["pendingApprovals"])
-    approval_id = state["pendingApprovals"][0]["approvalId"]
+    state = await harness.wait_for(run_id, lambda s: s.pending_approvals)
+    approval_id = state.pending_approvals[0].approval_id
     await harness.runs.act(
         run_id, Action(kind="approval", approval_id=approval_id, allow=False, reason="not now")
     )
     result = await harness.result(run_id)
     assert result.status == "completed"
     events = await harness.events(run_id)
-    done = [e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-w"]
-    assert len(done) == 1 and done[0]["is_error"]
-    assert "denied by the user. Reason: not now." in done[0]["content"]
+    done = [e for e in events if isinstance(e, ToolCompleted) and e.tool_call_id == "call-w"]
+    assert len(done) == 1 and done[0].is_error
+    assert "denied by the user. Reason: not now." in done[0].content
     workspace = harness.home / "runs" / run_id / "workspace"
     assert not (workspace / "x.txt").exists()
-    proposed = [e for e in events if e["type"] == "ToolCallProposed"]
+    proposed = [e for e in events if isinstance(e, ToolCallProposed)]
     assert len(proposed) == 1
     await harness.replay(run_id)
 
@@ -237,9 +246,9 @@ async def test_transient_errors_then_success_grow_model_attempt(harness: Harness
     result = await harness.result(run_id)
     assert result.status == "completed"
     events = await harness.events(run_id)
-    started = [e["model_attempt"] for e in events if e["type"] == "NodeStarted"]
+    started = [e.model_attempt for e in events if isinstance(e, NodeStarted)]
     assert started == [1, 2, 3]
-    assert len([e for e in events if e["type"] == "NodeRetrying"]) == 2
+    assert len([e for e in events if isinstance(e, NodeRetrying)]) == 2
     await harness.replay(run_id)
 
 
@@ -249,9 +258,9 @@ async def test_permanent_error_parks_node_and_retry_completes(harness: Harness) 
     )
     wf = make_workflow([node("fragile")], [])
     run_id = await harness.start(wf)
-    state = await harness.wait_for(run_id, lambda s: s["statusByNode"]["fragile"] == "failed")
-    assert state["status"] == "paused"
-    assert state["lastError"] == "permanent: bad key"
+    state = await harness.wait_for(run_id, lambda s: s.status_by_node["fragile"] == "failed")
+    assert state.status == "paused"
+    assert state.last_error == "permanent: bad key"
     await harness.runs.act(run_id, Action(kind="retry", node_id="fragile"))
     result = await harness.result(run_id)
     assert result.status == "completed"
@@ -274,7 +283,7 @@ async def test_unconfigured_model_fails_the_run_visibly(harness: Harness) -> Non
     assert result.status == "failed"
     assert "has no model configured" in (result.error or "")
     state = await harness.state(run_id)
-    assert state["status"] == "failed"
+    assert state.status == "failed"
 
 
 async def test_usage_and_estimated_cost_reach_the_report(harness: Harness) -> None:
@@ -285,26 +294,27 @@ async def test_usage_and_estimated_cost_reach_the_report(harness: Harness) -> No
     run_id = await harness.start(make_workflow([node("a")], []))
     assert (await harness.result(run_id)).status == "completed"
     state = await harness.state(run_id)
-    report = state["lastReport"]
-    assert report["tokens_in"] > 0 and report["tokens_out"] > 0
-    expected = (report["tokens_in"] * 1000.0 + report["tokens_out"] * 2000.0) / 1_000_000
-    assert report["estimated_cost_usd"] == pytest.approx(expected)
-    usage = [e for e in await harness.events(run_id) if e["type"] == "UsageReported"]
-    assert [e["node_id"] for e in usage] == ["a", "__post_run_review"]
-    turn = usage[0]["usage"]
-    node_cost = (turn["prompt_tokens"] * 1000.0 + turn["completion_tokens"] * 2000.0) / 1_000_000
-    assert turn["cost_usd"] == pytest.approx(node_cost)
+    report = state.last_report
+    assert report is not None
+    assert report.tokens_in > 0 and report.tokens_out > 0
+    expected = (report.tokens_in * 1000.0 + report.tokens_out * 2000.0) / 1_000_000
+    assert report.estimated_cost_usd == pytest.approx(expected)
+    usage = [e for e in await harness.events(run_id) if isinstance(e, UsageReported)]
+    assert [e.node_id for e in usage] == ["a", "__post_run_review"]
+    turn = usage[0].usage
+    node_cost = (turn.prompt_tokens * 1000.0 + turn.completion_tokens * 2000.0) / 1_000_000
+    assert turn.cost_usd == pytest.approx(node_cost)
     # The report counts the post-run review's call too: it is spent like any other.
-    assert report["tokens_in"] > turn["prompt_tokens"]
-    assert report["estimated_cost_usd"] > node_cost
-    used = state["contextWindowByNode"]["a"]["usedTokens"]
-    assert used == turn["prompt_tokens"] + turn["completion_tokens"]
-    assert set(state["contextWindowByNode"]) == {"a"}
+    assert report.tokens_in > turn.prompt_tokens
+    assert report.estimated_cost_usd > node_cost
+    used = state.context_window_by_node["a"].used_tokens
+    assert used == turn.prompt_tokens + turn.completion_tokens
+    assert set(state.context_window_by_node) == {"a"}
     # The state's running usage agrees with the report.
-    assert state["usage"]["run"]["inputTokens"] == report["tokens_in"]
-    assert state["usage"]["run"]["outputTokens"] == report["tokens_out"]
-    assert state["usage"]["run"]["estimatedCostUsd"] == pytest.approx(report["estimated_cost_usd"])
-    assert state["usage"]["byNode"]["a"]["estimatedCostUsd"] == pytest.approx(node_cost)
+    assert state.usage.run.input_tokens == report.tokens_in
+    assert state.usage.run.output_tokens == report.tokens_out
+    assert state.usage.run.estimated_cost_usd == pytest.approx(report.estimated_cost_usd)
+    assert state.usage.by_node["a"].estimated_cost_usd == pytest.approx(node_cost)
 
 
 async def test_a_provider_without_its_key_fails_the_start_naming_the_variable(
@@ -318,6 +328,6 @@ async def test_a_provider_without_its_key_fails_the_start_naming_the_variable(
     assert result.status == "failed"
     assert "ANTHROPIC_API_KEY" in (result.error or "")
     state = await harness.state(run_id)
-    assert state["status"] == "failed"
-    assert "ANTHROPIC_API_KEY" in (state["lastError"] or "")
+    assert state.status == "failed"
+    assert "ANTHROPIC_API_KEY" in (state.last_error or "")
     await harness.replay(run_id)

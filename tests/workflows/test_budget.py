@@ -24,10 +24,10 @@ async def test_the_workflows_token_budget_pauses_and_a_raise_finishes_the_run(
     harness.script({"work": [{"tools": [READ]}, {"submit": {"summary": "done"}}]})
     wf = make_workflow([node("work")], [], budget={"maxTokens": 50})
     run_id = await harness.start(wf)
-    state = await harness.wait_for(run_id, lambda s: s["status"] == "paused")
-    assert state["statusByNode"]["work"] == "failed"
-    assert "tokens spent" in state["lastError"] and "--max-tokens N" in state["lastError"]
-    spent = state["usage"]["run"]["inputTokens"] + state["usage"]["run"]["outputTokens"]
+    state = await harness.wait_for(run_id, lambda s: s.status == "paused")
+    assert state.status_by_node["work"] == "failed"
+    assert "tokens spent" in state.last_error and "--max-tokens N" in state.last_error
+    spent = state.usage.run.input_tokens + state.usage.run.output_tokens
     assert spent >= 50
     await harness.runs.act(run_id, Action(kind="budget", max_tokens=1_000_000))
     result = await harness.result(run_id)

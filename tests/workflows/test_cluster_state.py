@@ -80,8 +80,8 @@ async def test_a_run_on_the_database_writes_nothing_under_the_worker_home(
     assert any(k.startswith("snapshots/") for k in keys), "the overwrite's before-snapshot"
     close_shared_database(pg_url)
     # The second node read the first one's handoff through the store, on the worker's copy.
-    read = [e for e in events if e["type"] == "ToolCompleted" and e.get("tool_name") == "read"]
-    assert read and "made it" in json.dumps(read[0])
+    read = [e for e in events if e.type == "ToolCompleted" and e.tool_name == "read"]
+    assert read and "made it" in json.dumps(read[0].model_dump(mode="json"))
 
 
 async def test_the_run_goes_on_after_the_database_is_down_for_ten_seconds(
@@ -144,7 +144,7 @@ async def test_a_worker_that_cannot_see_the_folder_retries_and_never_writes_else
     async with build_worker(client, task_queue, openflow_home):
         harness = Harness(client, task_queue, openflow_home)
         run_id = await harness.start(wf, project_dir=str(project))
-        await harness.wait_for(run_id, lambda s: s["statusByNode"].get("work") == "started")
+        await harness.wait_for(run_id, lambda s: s.status_by_node.get("work") == "started")
         project.rename(away)  # the volume is gone from this worker
         history = harness.handle(run_id)
         loop = asyncio.get_running_loop()

@@ -48,16 +48,16 @@ async def test_cancel_during_slow_bash_stops_then_resume_completes(harness: Harn
     )
     wf = make_workflow([node("slow", tools={"approvalMode": "yolo"})], [])
     run_id = await harness.start(wf)
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["slow"] == "running_tool")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["slow"] == "running_tool")
     await harness.handle(run_id).cancel()
     result = await harness.result(run_id)
     assert result.status == "stopped"
     events = await harness.events(run_id)
-    done = [e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-sleep"]
-    assert len(done) == 1 and "interrupted or cancelled" in done[0]["content"]
-    assert [e["type"] for e in events].count("Aborted") == 1
+    done = [e for e in events if e.type == "ToolCompleted" and e.tool_call_id == "call-sleep"]
+    assert len(done) == 1 and "interrupted or cancelled" in done[0].content
+    assert [e.type for e in events].count("Aborted") == 1
     state = await harness.state(run_id)
-    assert state["status"] == "stopped"
+    assert state.status == "stopped"
     await harness.replay(run_id)
 
     await harness.runs.resume(run_id)
@@ -65,8 +65,8 @@ async def test_cancel_during_slow_bash_stops_then_resume_completes(harness: Harn
     assert result.status == "completed"
     assert result.outputs["slow"] == {"summary": "resumed"}
     events = await harness.runs.events(run_id)
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert any(e["type"] == "RunResumed" for e in events)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert any(e.type == "RunResumed" for e in events)
     # Small runs take their events along: a plain query still answers from seq 1.
     assert await harness.events(run_id) == events
     await harness.replay(run_id)
@@ -86,7 +86,7 @@ async def test_engine_fault_fails_the_run_instead_of_hanging(
     monkeypatch.setattr(run_module.engine, "advance", faulty)
     wf = make_workflow([node("a", requestUserInput=True)], [])
     run_id = await harness.start(wf)
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["a"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["a"])
     await harness.handle(run_id).signal("submit_user_input", {"node_id": "a", "text": "x"})
     with pytest.raises(WorkflowFailureError) as failed:
         await asyncio.wait_for(harness.handle(run_id).result(), 30)
@@ -120,8 +120,8 @@ async def test_a_short_run_continued_as_new_answers_every_event_itself(
     assert (await harness.result(run_id)).status == "completed"
     assert (await harness.handle(run_id).describe()).run_id != first
     own = await harness.events(run_id)
-    assert [e["seq"] for e in own] == list(range(1, len(own) + 1))
-    assert sum(1 for e in own if e["type"] == "ToolCompleted") == 8
+    assert [e.seq for e in own] == list(range(1, len(own) + 1))
+    assert sum(1 for e in own if e.type == "ToolCompleted") == 8
 
 
 async def test_long_run_continues_as_new_and_keeps_its_events(
@@ -140,15 +140,15 @@ async def test_long_run_continues_as_new_and_keeps_its_events(
     last = (await harness.handle(run_id).describe()).run_id
     assert last != first, "the run never continued as new"
     own = await harness.events(run_id)
-    assert own[0]["seq"] > 1, "the last execution holds only its own events"
+    assert own[0].seq > 1, "the last execution holds only its own events"
     events = await harness.runs.events(run_id)
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert sum(1 for e in events if e["type"] == "ToolCompleted") == 12
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert sum(1 for e in events if e.type == "ToolCompleted") == 12
     later = await harness.runs.events(run_id, after=5)
-    assert [e["seq"] for e in later] == list(range(6, len(events) + 1))
+    assert [e.seq for e in later] == list(range(6, len(events) + 1))
     state = await harness.state(run_id)
-    assert state["status"] == "completed"
-    assert state["statusByNode"]["busy"] == "completed"
+    assert state.status == "completed"
+    assert state.status_by_node["busy"] == "completed"
     # The carried snapshot dropped old transcript items; the run store still has every one.
     stored = (harness.home / "runs" / run_id / "transcripts" / "busy.jsonl").read_text()
     items = [json.loads(line) for line in stored.splitlines()]
@@ -262,11 +262,11 @@ async def test_kill_worker_mid_run_no_side_effect_repeats(
                 return ledger.exists() and "line" in ledger.read_text()
             state = await runs.state(run_id)
             done = any(
-                row["status"] == "completed" for row in state["toolCallsByNode"].get("work", [])
+                row.status == "completed" for row in state.tool_calls_by_node.get("work", [])
             )
             if case["kill_when"] == "completed-tool" and not done:
                 return False
-            return state["statusByNode"].get("work") == "started"
+            return state.status_by_node.get("work") == "started"
 
         await _poll_async(ready, what=f"kill point {point}")
         await asyncio.sleep(0.3)
@@ -281,11 +281,11 @@ async def test_kill_worker_mid_run_no_side_effect_repeats(
         await asyncio.sleep(max(0.0, started + 9 - asyncio.get_running_loop().time()))
         assert ledger.read_text().split() == ["line"], "a side effect ran twice or not at all"
         events = await runs.events(run_id)
-        unknown = [e["tool_call_id"] for e in events if e["type"] == "ToolOutcomeUnknown"]
+        unknown = [e.tool_call_id for e in events if e.type == "ToolOutcomeUnknown"]
         assert unknown == case["unknown"]
-        done = [e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-w"]
+        done = [e for e in events if e.type == "ToolCompleted" and e.tool_call_id == "call-w"]
         assert len(done) == 1
-        assert ("outcome unknown, not re-sent" in done[0]["content"]) == bool(case["unknown"])
+        assert ("outcome unknown, not re-sent" in done[0].content) == bool(case["unknown"])
         history = await client.get_workflow_handle(run_id).fetch_history()
         scheduled = {e.event_id: _node_turn(e) for e in history.events}
         completed = [
@@ -330,7 +330,7 @@ async def test_server_restart_mid_run_completes(tmp_path: Path) -> None:
         runs = Runs(client, "restart-queue")
         async with build_worker(client, "restart-queue", home):
             run_id = await runs.start(make_workflow([node("a", requestUserInput=True)], []))
-            await _poll_state(runs, run_id, lambda s: s["awaitingNodeIds"] == ["a"])
+            await _poll_state(runs, run_id, lambda s: s.awaiting_node_ids == ["a"])
         await server.stop()
         await server.start()
         client = await server.connect(data_converter=pydantic_data_converter)
@@ -366,13 +366,13 @@ async def _poll_state(runs: Runs, run_id: str, predicate, timeout: float = 30.0)
 async def test_resume_a_run_stopped_at_an_input_pause_shows_the_pause(harness: Harness) -> None:
     harness.script({"ask": [{"ask": "Which colour?"}, {"echo": True}]})
     run_id = await harness.start(make_workflow([node("ask", requestUserInput=True)], []))
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     await harness.handle(run_id).cancel()
     assert (await harness.result(run_id)).status == "stopped"
     await harness.runs.resume(run_id)
-    state = await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
-    assert state["status"] == "paused"
-    assert state["statusByNode"]["ask"] == "awaiting_input"
+    state = await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
+    assert state.status == "paused"
+    assert state.status_by_node["ask"] == "awaiting_input"
     await harness.runs.act(run_id, _input("ask", "blue"))
     result = await harness.result(run_id)
     assert result.status == "completed"
@@ -393,7 +393,7 @@ async def test_lost_header_blobs_are_resent_from_history(harness: Harness) -> No
     )
     wf = make_workflow([node("work", tools={"approvalMode": "yolo"})], [])
     run_id = await harness.start(wf)
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["work"] == "running_tool")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["work"] == "running_tool")
     # Request headers are unsynced caches of history (a machine crash may lose them).
     headers = harness.home / "runs" / run_id / "headers"
     lost = list(headers.rglob("*.json"))
@@ -405,8 +405,8 @@ async def test_lost_header_blobs_are_resent_from_history(harness: Harness) -> No
     transcript = (harness.home / "runs" / run_id / "transcripts" / "work.jsonl").read_text()
     assert "Checking the folder first." in transcript
     events = await harness.events(run_id)
-    assert not [e for e in events if e["type"] in ("NodeErrored", "NodeFailed")]
-    assert [e["model_attempt"] for e in events if e["type"] == "NodeStarted"] == [1]
+    assert not [e for e in events if e.type in ("NodeErrored", "NodeFailed")]
+    assert [e.model_attempt for e in events if e.type == "NodeStarted"] == [1]
     history = await harness.handle(run_id).fetch_history()
     model_turns = [e for e in history.events if _node_turn(e)]
     assert len(model_turns) == 3, "the call that found its references missing was not resent"
@@ -434,10 +434,10 @@ async def test_a_decision_recorded_while_no_worker_runs_sends_each_allowed_call_
         run_id = await runs.start(wf, entrypoint="go", project_dir=str(openflow_home))
 
         async def paused() -> bool:
-            return bool((await runs.state(run_id))["pendingApprovals"])
+            return bool((await runs.state(run_id)).pending_approvals)
 
         await _poll_async(paused, what="the approval pause")
-        approval = (await runs.state(run_id))["pendingApprovals"][0]["approvalId"]
+        approval = (await runs.state(run_id)).pending_approvals[0].approval_id
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         decision = {
@@ -469,7 +469,7 @@ async def test_a_decision_recorded_while_no_worker_runs_sends_each_allowed_call_
         ]
         assert len(batches) == 1
         events = await runs.events(run_id)
-        denied = [(e["tool_call_id"], e["by"]) for e in events if e["type"] == "ToolDenied"]
+        denied = [(e.tool_call_id, e.by) for e in events if e.type == "ToolDenied"]
         assert denied == [("call-b", "Ada")]
         await Harness(client, task_queue, openflow_home).replay(run_id)
     finally:

@@ -66,10 +66,10 @@ async def test_reads_run_inside_the_model_turn(harness: Harness) -> None:
         "model_turn",  # the post-run review
     ]
     events = await harness.events(run_id)
-    done = {e["tool_call_id"]: e for e in events if e["type"] == "ToolCompleted"}
-    assert "hello" in done["call-read"]["content"]
-    assert "notes.txt" in done["call-ls"]["content"]
-    started = [e["tool_call_id"] for e in events if e["type"] == "ToolStarted"]
+    done = {e.tool_call_id: e for e in events if e.type == "ToolCompleted"}
+    assert "hello" in done["call-read"].content
+    assert "notes.txt" in done["call-ls"].content
+    started = [e.tool_call_id for e in events if e.type == "ToolStarted"]
     assert sorted(started) == sorted(done) and len(started) == 3
     # The model saw both results on its next turn, full, in call order after its calls.
     transcript = _transcript(harness, run_id, "look")
@@ -93,19 +93,19 @@ async def test_reads_wait_for_approval_when_the_node_asks_first(harness: Harness
     )
     wf = make_workflow([node("careful", tools={"approvalMode": "always_ask"})], [])
     run_id = await harness.start(wf)
-    state = await harness.wait_for(run_id, lambda s: s["pendingApprovals"])
+    state = await harness.wait_for(run_id, lambda s: s.pending_approvals)
     # Nothing ran before the person decided: the listing happens after the approval.
     (harness.home / "runs" / run_id / "workspace" / "late.txt").write_text("made while waiting")
     await harness.runs.act(
         run_id,
-        Action(kind="approval", approval_id=state["pendingApprovals"][0]["approvalId"], allow=True),
+        Action(kind="approval", approval_id=state.pending_approvals[0].approval_id, allow=True),
     )
     result = await harness.result(run_id)
     assert result.status == "completed"
     assert (await _activities(harness, run_id)).count("tool_batch") == 1
     events = await harness.events(run_id)
-    done = [e for e in events if e["type"] == "ToolCompleted"]
-    assert len(done) == 1 and "late.txt" in done[0]["content"]
+    done = [e for e in events if e.type == "ToolCompleted"]
+    assert len(done) == 1 and "late.txt" in done[0].content
     await harness.replay(run_id)
 
 
@@ -131,10 +131,10 @@ async def test_reads_the_engine_plans_otherwise_run_as_a_batch(
     assert result.status == "completed"
     assert (await _activities(harness, run_id)).count("tool_batch") == 1
     events = await harness.events(run_id)
-    started = [e for e in events if e["type"] == "ToolStarted"]
-    done = [e for e in events if e["type"] == "ToolCompleted"]
+    started = [e for e in events if e.type == "ToolStarted"]
+    done = [e for e in events if e.type == "ToolCompleted"]
     assert len(started) == len(done) == 1
-    assert started[0]["arguments"]["path"] == "plan.md"
-    assert "the plan" in done[0]["content"]
-    assert list(_results(_transcript(harness, run_id, "abs")).values()) == [done[0]["content"]]
+    assert started[0].arguments["path"] == "plan.md"
+    assert "the plan" in done[0].content
+    assert list(_results(_transcript(harness, run_id, "abs")).values()) == [done[0].content]
     await harness.replay(run_id)

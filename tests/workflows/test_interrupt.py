@@ -10,6 +10,7 @@ import pytest
 
 from openflow import contracts as c
 from openflow.client import ActionRejected, EditBatchNotFound, RunConflict
+from openflow.engine import WorkflowRunState
 from tests.workflows.conftest import Harness, make_workflow, node
 
 YOLO = {"tools": {"approvalMode": "yolo"}}
@@ -23,13 +24,13 @@ def write(path: str, content: str, call_id: str) -> dict[str, Any]:
     return {"tools": [{"name": "write", "args": {"path": path, "content": content}, "id": call_id}]}
 
 
-def running_tool(state: dict[str, Any], node_id: str) -> bool:
-    rows = state.get("toolCallsByNode", {}).get(node_id, [])
-    return any(row["status"] == "running" for row in rows)
+def running_tool(state: WorkflowRunState, node_id: str) -> bool:
+    rows = state.tool_calls_by_node.get(node_id, [])
+    return any(row.status == "running" for row in rows)
 
 
-def user_lines(state: dict[str, Any], node_id: str) -> list[str]:
-    return [m["content"] for m in state["chatLogs"].get(node_id, []) if m["role"] == "user"]
+def user_lines(state: WorkflowRunState, node_id: str) -> list[str]:
+    return [m.content for m in state.chat_logs.get(node_id, []) if m.role == "user"]
 
 
 async def cancelled_batches(harness: Harness, run_id: str) -> int:
@@ -69,19 +70,17 @@ async def test_an_interrupt_during_a_slow_bash_then_a_retry_with_a_message(
     state = await harness.wait_for(
         run_id,
         lambda s: (
-            s["statusByNode"]["slow"] == "interrupted" and s["statusByNode"]["other"] == "completed"
+            s.status_by_node["slow"] == "interrupted" and s.status_by_node["other"] == "completed"
         ),
     )
-    rows = state["toolCallsByNode"]["slow"]
-    assert [r["status"] for r in rows] != [] and not [r for r in rows if r["status"] == "running"]
+    rows = state.tool_calls_by_node["slow"]
+    assert [r.status for r in rows] != [] and not [r for r in rows if r.status == "running"]
     events = await harness.events(run_id)
-    called = {e["tool_call"]["id"] for e in events if e["type"] == "ToolCallProposed"}
-    answered = {e["tool_call_id"] for e in events if e["type"] == "ToolCompleted"}
+    called = {e.tool_call.id for e in events if e.type == "ToolCallProposed"}
+    answered = {e.tool_call_id for e in events if e.type == "ToolCompleted"}
     assert "call-slow" in called and called <= answered, "a call was left without a result"
-    (closed,) = [
-        e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-slow"
-    ]
-    assert "interrupted or cancelled" in closed["content"]
+    (closed,) = [e for e in events if e.type == "ToolCompleted" and e.tool_call_id == "call-slow"]
+    assert "interrupted or cancelled" in closed.content
     # The batch's activity was cancelled and acknowledged it: its process tree was killed.
     await poll(lambda: _positive(cancelled_batches(harness, run_id)), "the cancelled batch")
     with pytest.raises(ActionRejected, match="already interrupted"):
@@ -104,7 +103,7 @@ async def test_a_resume_gives_the_node_its_message(harness: Harness, tmp_path: P
     run_id = await harness.start(wf, project_dir=str(tmp_path))
     await harness.wait_for(run_id, lambda s: running_tool(s, "slow"))
     await harness.runs.interrupt(run_id, "slow")
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["slow"] == "interrupted")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["slow"] == "interrupted")
     await harness.runs.stop(run_id)
     await harness.result(run_id)
     with pytest.raises(ActionRejected, match="unknown node 'nope'"):
@@ -134,8 +133,8 @@ async def test_a_revert_restores_a_file_and_is_refused_after_a_later_edit(
     )
     wf = make_workflow([node("edit", requestUserInput=True, **YOLO)], [])
     run_id = await harness.start(wf, project_dir=str(tmp_path))
-    state = await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["edit"])
-    by_call = {b["tool_call_id"]: b["batch_id"] for b in state["editBatches"]}
+    state = await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["edit"])
+    by_call = {b.tool_call_id: b.batch_id for b in state.edit_batches}
     assert len(by_call) == 3
     assert await harness.runs.revert(run_id, by_call["call-a"]) == ["a.txt"]
     assert (tmp_path / "a.txt").read_text() == "before a\n"
@@ -150,12 +149,12 @@ async def test_a_revert_restores_a_file_and_is_refused_after_a_later_edit(
     with pytest.raises(EditBatchNotFound):
         await harness.runs.revert(run_id, by_call["call-a"])
     state = await harness.state(run_id)
-    assert [b["tool_call_id"] for b in state["editBatches"]] == ["call-b"]
-    trace = [t["message"] for t in state["runTrace"]]
+    assert [b.tool_call_id for b in state.edit_batches] == ["call-b"]
+    trace = [t.message for t in state.run_trace]
     assert any(m.startswith(f"reverted edit batch {by_call['call-a']}") for m in trace)
     assert any("refused" in m and "'b.txt'" in m for m in trace)
     events = await harness.events(run_id)
-    assert len([e for e in events if e["type"] == "EditBatchReverted"]) == 3
+    assert len([e for e in events if e.type == "EditBatchReverted"]) == 3
     await harness.runs.act(
         run_id,
         c.Action(kind="input", node_id="edit", text="no"),
@@ -184,9 +183,9 @@ async def test_an_interrupt_during_a_slow_model_call_then_a_retry(
     )
     wf = make_workflow([node("think")], [])
     run_id = await harness.start(wf, project_dir=str(tmp_path))
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["think"] == "started")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["think"] == "started")
     await harness.runs.interrupt(run_id, "think")
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["think"] == "interrupted")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["think"] == "interrupted")
     await harness.runs.act(run_id, c.Action(kind="retry", node_id="think", message="now"))
     result = await harness.result(run_id)
     assert result.status == "completed"

@@ -8,6 +8,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from openflow.contracts import Action
+from openflow.engine.events import ActionIgnored
 from openflow.engine.limits import MAX_MESSAGE_BYTES
 from tests.workflows.conftest import Harness, make_workflow, node
 
@@ -19,7 +20,7 @@ async def test_a_text_over_the_limit_is_rejected_or_ignored_and_the_run_complete
 ) -> None:
     harness.script({"ask": [{"ask": "What name?"}, {"echo": True}]})
     run_id = await harness.start(make_workflow([node("ask", requestUserInput=True)], []))
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     handle = harness.handle(run_id)
     long = "x" * (MAX_MESSAGE_BYTES.value + 1)
 
@@ -29,14 +30,14 @@ async def test_a_text_over_the_limit_is_rejected_or_ignored_and_the_run_complete
     await handle.signal("submit_user_input", {"node_id": "ask", "text": long})
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 30
-    ignored: list[dict[str, object]] = []
+    ignored: list[ActionIgnored] = []
     while not ignored and loop.time() < deadline:
-        ignored = [e for e in await harness.events(run_id) if e["type"] == "ActionIgnored"]
+        ignored = [e for e in await harness.events(run_id) if isinstance(e, ActionIgnored)]
         await asyncio.sleep(0.05)
     assert len(ignored) == 1
-    assert "over the limit max_message_bytes" in str(ignored[0]["reason"])
-    assert len(str(ignored[0]["action"])) < 2_000
-    assert (await harness.state(run_id))["awaitingNodeIds"] == ["ask"]
+    assert "over the limit max_message_bytes" in str(ignored[0].reason)
+    assert len(str(ignored[0].action)) < 2_000
+    assert (await harness.state(run_id)).awaiting_node_ids == ["ask"]
 
     await handle.signal("submit_user_input", {"node_id": "ask", "text": "Ada"})
     assert (await harness.result(run_id)).status == "completed"

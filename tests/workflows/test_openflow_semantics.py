@@ -26,14 +26,14 @@ async def test_an_input_to_a_failed_node_retries_it_with_the_input_as_its_messag
         {"flaky": [{"error": "permanent", "message": "bad request"}, {"submit": {"summary": "ok"}}]}
     )
     run_id = await harness.start(make_workflow([node("flaky")], []))
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["flaky"] == "failed")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["flaky"] == "failed")
     await harness.runs.act(
         run_id, Action(kind="input", node_id="flaky", text="use the smaller model")
     )
     result = await harness.result(run_id)
     assert result.status == "completed" and result.outputs["flaky"] == {"summary": "ok"}
     state = await harness.state(run_id)
-    said = [m["content"] for m in state["chatLogs"]["flaky"] if m["role"] == "user"]
+    said = [m.content for m in state.chat_logs["flaky"] if m.role == "user"]
     assert "use the smaller model" in said
     users = [i for i in transcript(harness, run_id, "flaky") if i.get("kind") == "user_message"]
     assert any(i.get("content") == "use the smaller model" for i in users)
@@ -52,7 +52,7 @@ async def test_a_message_sent_during_the_last_turn_gets_a_turn_of_its_own(
     )
     wf = make_workflow([node("talk", requestUserInput=True)], [])
     run_id = await harness.start(wf)
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["talk"] == "started")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["talk"] == "started")
     await harness.runs.act(
         run_id, Action(kind="message", node_id="talk", text="mention the budget too")
     )
@@ -74,7 +74,7 @@ async def test_the_state_names_the_execution_folder_and_the_project(
     for run_id in (plain, in_project):
         assert (await harness.result(run_id)).status == "completed"
     state = await harness.state(plain)
-    assert state["executionCwd"] == str(harness.home / "runs" / plain / "workspace")
-    assert state["projectId"] is None
+    assert state.execution_cwd == str(harness.home / "runs" / plain / "workspace")
+    assert state.project_id is None
     state = await harness.state(in_project)
-    assert (state["executionCwd"], state["projectId"]) == (str(project), str(project))
+    assert (state.execution_cwd, state.project_id) == (str(project), str(project))

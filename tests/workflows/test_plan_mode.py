@@ -49,22 +49,20 @@ async def test_plan_source_seals_with_approval_and_downstream_gets_the_packet(
         planMode={"evidenceSourceNodeId": "freeze"},
     )
     run_id = await harness.start(wf)
-    state = await harness.wait_for(run_id, lambda s: s["pendingApprovals"])
-    assert state["planMode"]["phase"] == "planning"
-    pending = state["pendingApprovals"][0]
-    assert pending["toolCall"]["name"] == "openflow_write_plan_artifact"
+    state = await harness.wait_for(run_id, lambda s: s.pending_approvals)
+    assert state.plan_mode.phase == "planning"
+    pending = state.pending_approvals[0]
+    assert pending.tool_call.name == "openflow_write_plan_artifact"
     await harness.runs.act(
-        run_id, Action(kind="approval", approval_id=pending["approvalId"], allow=True)
+        run_id, Action(kind="approval", approval_id=pending.approval_id, allow=True)
     )
     result = await harness.result(run_id)
     assert result.status == "completed"
     state = await harness.state(run_id)
-    assert state["planMode"]["phase"] == "execution"
+    assert state.plan_mode.phase == "execution"
     events = await harness.events(run_id)
-    sealed = [
-        e for e in events if e["type"] == "ToolCompleted" and e["tool_call_id"] == "call-seal"
-    ]
-    assert len(sealed) == 1 and sealed[0]["content"].startswith("artifact:")
+    sealed = [e for e in events if e.type == "ToolCompleted" and e.tool_call_id == "call-seal"]
+    assert len(sealed) == 1 and sealed[0].content.startswith("artifact:")
     header_files = list((harness.home / "runs" / run_id / "headers").iterdir())
     build_headers = [
         json.loads(p.read_text())

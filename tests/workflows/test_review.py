@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from openflow.engine.events import Finished
 from tests.workflows.conftest import Harness, make_workflow, node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -30,9 +31,10 @@ async def test_the_review_puts_its_suggestions_in_the_report(harness: Harness) -
     result = await harness.result(run_id)
     assert result.status == "completed"
     state = await harness.state(run_id)
-    report = state["lastReport"]
-    assert report["suggestions_error"] is None
-    assert report["suggestions"] == [
+    report = state.last_report
+    assert report is not None
+    assert report.suggestions_error is None
+    assert [s.model_dump(mode="json") for s in report.suggestions] == [
         {
             "id": "suggestion-1",
             "category": "prompt",
@@ -42,8 +44,8 @@ async def test_the_review_puts_its_suggestions_in_the_report(harness: Harness) -
             "recommendation": "Say who the notes are for in the task prompt.",
         }
     ]
-    finished = [e for e in await harness.events(run_id) if e["type"] == "Finished"]
-    assert finished[0]["report"]["suggestions"] == report["suggestions"]
+    finished = [e for e in await harness.events(run_id) if isinstance(e, Finished)]
+    assert finished[0].report.suggestions == report.suggestions
     await harness.replay(run_id)
 
 
@@ -55,7 +57,7 @@ async def test_stopping_a_run_during_its_review_leaves_it_completed(harness: Har
         }
     )
     run_id = await harness.start(make_workflow([node("write")], []))
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["write"] == "completed")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["write"] == "completed")
     for _ in range(200):
         history = await harness.handle(run_id).fetch_history()
         if any(
@@ -73,5 +75,5 @@ async def test_stopping_a_run_during_its_review_leaves_it_completed(harness: Har
     assert result.status == "completed"
     assert result.outputs == {"write": {"summary": "notes"}}
     state = await harness.state(run_id)
-    assert state["lastReport"]["suggestions_error"] == "Post-run review was cancelled."
+    assert state.last_report.suggestions_error == "Post-run review was cancelled."
     await harness.replay(run_id)

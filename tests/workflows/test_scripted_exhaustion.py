@@ -21,8 +21,8 @@ async def test_a_run_whose_script_runs_out_fails_the_node_saying_so(harness: Har
     harness.script({"solo": [{"message": "Thinking it over."}]}, exhausted=None)
     run_id = await harness.start(make_workflow([node("solo")], []))
     state = await harness.wait_for(
-        run_id, lambda s: "scripted model exhausted" in str(s.get("lastError") or "")
+        run_id, lambda s: "scripted model exhausted" in str(s.last_error or "")
     )
-    assert state["statusByNode"]["solo"] == "failed"
-    assert "solo" not in state["outputs"]
+    assert state.status_by_node["solo"] == "failed"
+    assert "solo" not in state.outputs
     await harness.handle(run_id).cancel()

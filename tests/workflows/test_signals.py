@@ -17,6 +17,8 @@ from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedErro
 from temporalio.common import RawValue
 
 from openflow.contracts import Action
+from openflow.engine import WorkflowRunState
+from openflow.engine.events import ChatLogMessage
 from openflow.server import EmbeddedServer, find_temporal_binary
 from openflow.workflows.handlers import SIGNALS
 from openflow.workflows.run import OpenFlowRun
@@ -97,7 +99,7 @@ async def send(harness: Harness, run_id: str, name: str, payload: Any) -> None:
 
 async def ignored_count(harness: Harness, run_id: str) -> int:
     events = await harness.runs.events(run_id)
-    return sum(1 for e in events if e["type"] == "ActionIgnored")
+    return sum(1 for e in events if e.type == "ActionIgnored")
 
 
 async def flood(harness: Harness, run_id: str, node_id: str, approval_id: str) -> int:
@@ -139,44 +141,44 @@ async def test_malformed_signals_are_ignored_with_reasons_and_the_run_completes(
     handle = harness.handle(run_id)
     expected = 0
 
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     expected += await flood(harness, run_id, "ask", "none")
     # A payload the SDK cannot decode never reaches the workflow: the run does not notice.
     await handle.signal("submit_user_input", RawValue(Payload(metadata={"encoding": b"x/y"})))
     await wait_ignored(harness, run_id, expected)
     state = await harness.state(run_id)
-    assert state["status"] == "paused" and state["awaitingNodeIds"] == ["ask"]
+    assert state.status == "paused" and state.awaiting_node_ids == ["ask"]
     await handle.signal("submit_user_input", {"node_id": "ask", "text": "Ada"})
     await harness.wait_for(
         run_id,
         lambda s: (
-            s["awaitingNodeIds"] == ["ask"]
-            and any("colour" in m["content"] for m in s["chatLogs"]["ask"])
+            s.awaiting_node_ids == ["ask"]
+            and any("colour" in m.content for m in s.chat_logs["ask"])
         ),
     )
     await handle.signal("send_message", {"node_id": "ask", "text": "blue"})
 
-    state = await harness.wait_for(run_id, lambda s: s["pendingApprovals"])
-    approval_id = state["pendingApprovals"][0]["approvalId"]
+    state = await harness.wait_for(run_id, lambda s: s.pending_approvals)
+    approval_id = state.pending_approvals[0].approval_id
     expected += await flood(harness, run_id, "edit", approval_id)
     await wait_ignored(harness, run_id, expected)
-    assert (await harness.state(run_id))["pendingApprovals"]
+    assert (await harness.state(run_id)).pending_approvals
     await handle.signal("submit_tool_approval", {"approval_id": approval_id, "allow": True})
 
-    await harness.wait_for(run_id, lambda s: s["statusByNode"]["flaky"] == "failed")
+    await harness.wait_for(run_id, lambda s: s.status_by_node["flaky"] == "failed")
     expected += await flood(harness, run_id, "flaky", approval_id)
     await wait_ignored(harness, run_id, expected)
-    assert (await harness.state(run_id))["statusByNode"]["flaky"] == "failed"
+    assert (await harness.state(run_id)).status_by_node["flaky"] == "failed"
     await handle.signal("retry_node", {"node_id": "flaky"})
 
     result = await harness.result(run_id)
     assert result.status == "completed"
     assert (harness.home / "runs" / run_id / "workspace" / "n.txt").read_text() == "n"
     events = await harness.runs.events(run_id)
-    ignored = [e for e in events if e["type"] == "ActionIgnored"]
+    ignored = [e for e in events if e.type == "ActionIgnored"]
     assert len(ignored) == expected
-    assert all(e["signal"] and e["reason"] for e in ignored)
-    reasons = {e["reason"] for e in ignored}
+    assert all(e.signal and e.reason for e in ignored)
+    reasons = {e.reason for e in ignored}
     assert "submit_user_input takes one JSON object {node_id, text}; it came with no payload" in (
         reasons
     )
@@ -188,17 +190,20 @@ async def test_malformed_signals_are_ignored_with_reasons_and_the_run_completes(
     assert "node_id: Input should be a valid string" in reasons
     assert "allow: Input should be a valid boolean, unable to interpret input" in reasons
     # The event describes the payload's shape, never its text.
-    shapes = {e["action"]["payload"] for e in ignored}
+    shapes = {e.action["payload"] for e in ignored}
     assert "object {node_id: number, text: text}" in shapes
-    assert not any("Ada" in str(e) or "'x'" in str(e) for e in ignored)
-    trace = [t["message"] for t in (await harness.state(run_id))["runTrace"]]
+    assert not any(
+        "Ada" in str(e.model_dump(mode="json")) or "'x'" in str(e.model_dump(mode="json"))
+        for e in ignored
+    )
+    trace = [t.message for t in (await harness.state(run_id)).run_trace]
     assert sum(1 for m in trace if m.startswith("ignored ")) == expected
-    users = [m["content"] for m in result_chat(await harness.state(run_id), "ask")]
+    users = [m.content for m in result_chat(await harness.state(run_id), "ask")]
     assert users == ["Ada", "blue"]
 
 
-def result_chat(state: dict[str, Any], node_id: str) -> list[dict[str, Any]]:
-    return [m for m in state["chatLogs"][node_id] if m["role"] == "user"]
+def result_chat(state: WorkflowRunState, node_id: str) -> list[ChatLogMessage]:
+    return [m for m in state.chat_logs[node_id] if m.role == "user"]
 
 
 async def test_bad_queries_and_updates_answer_errors_and_leave_the_run_untouched(
@@ -206,7 +211,7 @@ async def test_bad_queries_and_updates_answer_errors_and_leave_the_run_untouched
 ) -> None:
     harness.script({"ask": [{"ask": "Which name?"}, {"echo": True}]})
     run_id = await harness.start(make_workflow([node("ask", requestUserInput=True)], []))
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     handle = harness.handle(run_id)
     for arg in ({"after": "x"}, [1], "x", {"after": 1.5}, {"after": True}):
         with pytest.raises(WorkflowQueryFailedError, match="events query takes"):
@@ -241,7 +246,7 @@ async def test_bad_queries_and_updates_answer_errors_and_leave_the_run_untouched
         if e.HasField("workflow_execution_update_accepted_event_attributes")
     ]
     state = await harness.state(run_id)
-    assert state["status"] == "paused" and state["awaitingNodeIds"] == ["ask"]
+    assert state.status == "paused" and state.awaiting_node_ids == ["ask"]
     await harness.runs.act(run_id, Action(kind="input", node_id="ask", text="Ada"))
     assert (await harness.result(run_id)).status == "completed"
 
@@ -251,7 +256,7 @@ async def test_the_signal_command_without_input_leaves_the_run_alive(
 ) -> None:
     harness.script({"ask": [{"ask": "Which name?"}, {"echo": True}]})
     run_id = await harness.start(make_workflow([node("ask", requestUserInput=True)], []))
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     base = [
         str(find_temporal_binary()),
         "workflow",
@@ -269,9 +274,9 @@ async def test_the_signal_command_without_input_leaves_the_run_alive(
     done = await asyncio.to_thread(subprocess.run, base, env=env, capture_output=True, timeout=30)
     assert done.returncode == 0, done.stderr
     await wait_ignored(harness, run_id, 1)
-    [event] = [e for e in await harness.runs.events(run_id) if e["type"] == "ActionIgnored"]
-    assert event["signal"] == "submit_user_input" and "no payload" in event["reason"]
-    assert (await harness.state(run_id))["status"] == "paused"
+    [event] = [e for e in await harness.runs.events(run_id) if e.type == "ActionIgnored"]
+    assert event.signal == "submit_user_input" and "no payload" in event.reason
+    assert (await harness.state(run_id)).status == "paused"
     # The README's form of the command answers the question.
     answer = [*base, "--input", '{"node_id": "ask", "text": "Ada"}']
     done = await asyncio.to_thread(subprocess.run, answer, env=env, capture_output=True, timeout=30)
@@ -327,7 +332,7 @@ def generated_calls(count: int) -> list[tuple[tuple[str, str], list[Any]]]:
 async def test_a_flood_of_generated_payloads_never_fails_the_run(harness: Harness) -> None:
     harness.script({"ask": [{"ask": "Which name?"}, {"echo": True}]})
     run_id = await harness.start(make_workflow([node("ask", requestUserInput=True)], []))
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     handle = harness.handle(run_id)
     signals = 0
     for (kind, name), args in generated_calls(60):
@@ -344,6 +349,6 @@ async def test_a_flood_of_generated_payloads_never_fails_the_run(harness: Harnes
     await wait_ignored(harness, run_id, signals)
     assert await ignored_count(harness, run_id) == signals
     state = await harness.state(run_id)
-    assert state["status"] == "paused" and state["awaitingNodeIds"] == ["ask"]
+    assert state.status == "paused" and state.awaiting_node_ids == ["ask"]
     await harness.runs.act(run_id, Action(kind="input", node_id="ask", text="Ada"))
     assert (await harness.result(run_id)).status == "completed"

@@ -72,9 +72,9 @@ async def approve_until_done(harness: Harness, run_id: str, timeout: float = 30.
         if (await handle.describe()).status.name != "RUNNING":
             return approved
         state = await harness.state(run_id)
-        for pending in state["pendingApprovals"]:
-            approved += [call["name"] for call in pending["toolCalls"]]
-            action = Action(kind="approval", approval_id=pending["approvalId"], allow=True)
+        for pending in state.pending_approvals:
+            approved += [call.name for call in pending.tool_calls]
+            action = Action(kind="approval", approval_id=pending.approval_id, allow=True)
             await harness.runs.act(run_id, action)
         await asyncio.sleep(0.05)
     raise AssertionError(f"run {run_id} did not end within {timeout}s")
@@ -125,9 +125,9 @@ async def test_declared_and_saved_subagents_answer_their_parent_and_replay(
 
     events = await harness.events(run_id)
     completed = {
-        e["tool_call_id"]: json.loads(e["content"])
+        e.tool_call_id: json.loads(e.content)
         for e in events
-        if e["type"] == "ToolCompleted" and e["node_id"] == "lead"
+        if e.type == "ToolCompleted" and e.node_id == "lead"
     }
     assert completed["call-scout"] == {
         "output": {"summary": "notes written"},
@@ -138,7 +138,7 @@ async def test_declared_and_saved_subagents_answer_their_parent_and_replay(
         "message": "Subagent 'Reviewer' completed.",
     }
     subagent_events = [
-        (e["type"], e.get("subagent_id")) for e in events if e["type"].startswith("Subagent")
+        (e.type, getattr(e, "subagent_id", None)) for e in events if e.type.startswith("Subagent")
     ]
     assert subagent_events == [
         ("SubagentsDeclared", None),
@@ -148,27 +148,21 @@ async def test_declared_and_saved_subagents_answer_their_parent_and_replay(
         ("SubagentStarted", "reviewer"),
         ("SubagentCompleted", "reviewer"),
     ]
-    assert any(e["type"] == "NodeRetrying" and e["node_id"] == SCOUT for e in events)
-    reviewer_read = [
-        e for e in events if e["type"] == "ToolCompleted" and e["node_id"] == "reviewer"
-    ]
-    assert reviewer_read[0]["content"].strip().endswith("hi")
+    assert any(e.type == "NodeRetrying" and e.node_id == SCOUT for e in events)
+    reviewer_read = [e for e in events if e.type == "ToolCompleted" and e.node_id == "reviewer"]
+    assert reviewer_read[0].content.strip().endswith("hi")
 
     state = await harness.state(run_id)
-    assert [(s["id"], s["status"]) for s in state["subagentsByNode"]["lead"]] == [
+    assert [(s.id, s.status) for s in state.subagents_by_node["lead"]] == [
         ("reviewer", "completed"),
         (SCOUT, "completed"),
     ]
-    assert state["outputs"][SCOUT] == {"summary": "notes written"}
+    assert state.outputs[SCOUT] == {"summary": "notes written"}
     # What the subagents spent is their parent's.
-    reports = [
-        e for e in events if e["type"] == "UsageReported" and e["node_id"] != "__post_run_review"
-    ]
-    assert {e["node_id"] for e in reports} == {"lead", SCOUT, "reviewer"}
-    assert set(state["usage"]["byNode"]) == {"lead", "__post_run_review"}
-    assert state["usage"]["byNode"]["lead"]["inputTokens"] == sum(
-        e["usage"]["prompt_tokens"] for e in reports
-    )
+    reports = [e for e in events if e.type == "UsageReported" and e.node_id != "__post_run_review"]
+    assert {e.node_id for e in reports} == {"lead", SCOUT, "reviewer"}
+    assert set(state.usage.by_node) == {"lead", "__post_run_review"}
+    assert state.usage.by_node["lead"].input_tokens == sum(e.usage.prompt_tokens for e in reports)
     run_dir = harness.home / "runs" / run_id
     assert (run_dir / "workspace" / "notes.txt").read_text() == "hi\n"
     lines = (run_dir / "transcripts" / "reviewer.jsonl").read_text().splitlines()
@@ -210,16 +204,16 @@ async def test_stop_mid_subagent_then_resume_calls_it_again(harness: Harness) ->
     )
     wf = make_workflow([node("lead", tools={"approvalMode": "yolo"})], [])
     run_id = await harness.start(wf)
-    await harness.wait_for(run_id, lambda s: s["statusByNode"].get(SCOUT) == "running_tool")
+    await harness.wait_for(run_id, lambda s: s.status_by_node.get(SCOUT) == "running_tool")
     await harness.runs.stop(run_id)
     result = await harness.result(run_id)
     assert result.status == "stopped"
     events = await harness.events(run_id)
-    closed = [e for e in events if e["type"] == "ToolCompleted" and e["node_id"] == "lead"]
-    assert [e["tool_call_id"] for e in closed][-1] == "call-scout"
-    assert "interrupted or cancelled" in closed[-1]["content"]
-    failed = [e for e in events if e["type"] == "SubagentFailed"]
-    assert [(e["subagent_id"], e["error"]) for e in failed] == [(SCOUT, "interrupted by user")]
+    closed = [e for e in events if e.type == "ToolCompleted" and e.node_id == "lead"]
+    assert [e.tool_call_id for e in closed][-1] == "call-scout"
+    assert "interrupted or cancelled" in closed[-1].content
+    failed = [e for e in events if e.type == "SubagentFailed"]
+    assert [(e.subagent_id, e.error) for e in failed] == [(SCOUT, "interrupted by user")]
     await harness.replay(run_id)
 
     await harness.runs.resume(run_id)
@@ -227,9 +221,9 @@ async def test_stop_mid_subagent_then_resume_calls_it_again(harness: Harness) ->
     assert result.status == "completed"
     events = await harness.events(run_id)
     answers = {
-        e["tool_call_id"]: e["content"]
+        e.tool_call_id: e.content
         for e in events
-        if e["type"] == "ToolCompleted" and e["node_id"] == "lead"
+        if e.type == "ToolCompleted" and e.node_id == "lead"
     }
     assert json.loads(answers["call-again"])["output"] == {"summary": "second try"}
     await harness.replay(run_id)

@@ -67,30 +67,30 @@ async def test_one_trace_survives_a_worker_restart_and_a_replay(
     with trace.use_span(caller, end_on_exit=True):
         async with build_worker(client, task_queue, openflow_home):
             run_id = await harness.start(wf, entrypoint=PROMPT)
-            await harness.wait_for(run_id, lambda s: s["status"] == "paused")
+            await harness.wait_for(run_id, lambda s: s.status == "paused")
     # A fresh worker replays the run from its history, then finishes it.
     before = {s.context.span_id for s in _spans()}
     async with build_worker(client, task_queue, openflow_home):
         state = await harness.state(run_id)
-        (approval,) = state["pendingApprovals"]
+        (approval,) = state.pending_approvals
         await harness.runs.act(
             run_id,
-            Action(kind="approval", approval_id=approval["approvalId"], allow=True, by="Ada"),
+            Action(kind="approval", approval_id=approval.approval_id, allow=True, by="Ada"),
         )
-        await harness.wait_for(run_id, lambda s: "ask" in s["awaitingNodeIds"])
+        await harness.wait_for(run_id, lambda s: "ask" in s.awaiting_node_ids)
         await harness.runs.act(run_id, Action(kind="input", node_id="ask", text=ANSWER))
         assert (await harness.result(run_id)).status == "completed"
         events = await harness.events(run_id)
         state = await harness.state(run_id)
     await harness.replay(run_id)
     # The running cost: the state's usage is the sum of the per-call usage events.
-    reports = [e for e in events if e["type"] == "UsageReported"]
+    reports = [e for e in events if e.type == "UsageReported"]
     assert len(reports) == 5
-    usage = state["usage"]
-    assert usage["run"]["inputTokens"] == sum(e["usage"]["prompt_tokens"] for e in reports) > 0
-    assert usage["run"]["outputTokens"] == sum(e["usage"]["completion_tokens"] for e in reports)
-    assert sorted(usage["byNode"]) == ["__post_run_review", "ask", "write"]
-    assert usage["run"]["inputTokens"] == sum(u["inputTokens"] for u in usage["byNode"].values())
+    usage = state.usage
+    assert usage.run.input_tokens == sum(e.usage.prompt_tokens for e in reports) > 0
+    assert usage.run.output_tokens == sum(e.usage.completion_tokens for e in reports)
+    assert sorted(usage.by_node) == ["__post_run_review", "ask", "write"]
+    assert usage.run.input_tokens == sum(u.input_tokens for u in usage.by_node.values())
 
     spans = [s for s in _spans() if s.context.trace_id == caller.context.trace_id]
     ids = [s.context.span_id for s in spans]
@@ -155,7 +155,7 @@ async def test_one_trace_survives_a_worker_restart_and_a_replay(
     for planted in (KEY, PROMPT, ANSWER, CONTENT):
         assert planted not in text
     # Spec 9.1's timings, from what the activities measured.
-    timed = [(e["phase"], e["label"]) for e in events if e["type"] == "PhaseTimed"]
+    timed = [(e.phase, e.label) for e in events if e.type == "PhaseTimed"]
     assert timed.count(("tool", "write")) == 1
     assert sum(1 for phase, _ in timed if phase == "ai_invoke") == 5
 
@@ -213,7 +213,7 @@ async def test_metrics_port_serves_counters_that_move(
         assert worker.poll() is None, "".join(lines)
         wf = make_workflow([node("first"), node("ask", requestUserInput=True)], [("first", "ask")])
         run_id = await harness.start(wf, entrypoint="go")
-        await harness.wait_for(run_id, lambda s: s["status"] == "paused", timeout=60)
+        await harness.wait_for(run_id, lambda s: s.status == "paused", timeout=60)
         first = await _poll(port, lambda m: m.get("openflow_model_turns_total", 0) >= 2)
         assert first["openflow_tokens_total"] > 0
         await harness.runs.act(run_id, Action(kind="input", node_id="ask", text="Ada"))
@@ -336,7 +336,7 @@ async def test_continue_as_new_neither_repeats_nor_loses_spans(
     chats = [s for s in spans if s.name == "chat test-model"]
     assert sum(1 for s in chats if s.attributes["openflow.node_id"] == "busy") == 9
     # The usage carried across executions counts every call once.
-    assert state["usage"]["byNode"]["busy"]["inputTokens"] == sum(
+    assert state.usage.by_node["busy"].input_tokens == sum(
         s.attributes["gen_ai.usage.input_tokens"]
         for s in chats
         if s.attributes["openflow.node_id"] == "busy"

@@ -227,7 +227,7 @@ async def test_a_receiver_that_is_down_does_not_hold_up_the_run(
     harness.script({"ask": [{"ask": "Go on?"}, {"submit": {"summary": "done"}}]})
     add_webhooks(harness.home, [{"url": down, "secret": SECRET}])
     run_id = await harness.start(asking_workflow())
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     started = time.monotonic()
     await harness.handle(run_id).execute_update(
         "act", Action(kind="input", node_id="ask", text="yes")
@@ -298,7 +298,7 @@ async def test_a_stopped_run_tells_of_it(harness: Harness, receiver: Receiver) -
     harness.script({"ask": [{"ask": "Go on?"}, {"submit": {"summary": "done"}}]})
     add_webhooks(harness.home, [{"url": receiver.url, "events": ["stopped"], "secret": SECRET}])
     run_id = await harness.start(asking_workflow())
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     await harness.handle(run_id).cancel()
     assert (await harness.result(run_id)).status == "stopped"
     [(headers, body)] = await receiver.wait_for(1)
@@ -330,11 +330,11 @@ async def test_a_run_continued_as_new_while_paused_tells_of_the_pause_once(
     while (await harness.handle(run_id).describe()).run_id == first:
         assert time.monotonic() < deadline, "the run never continued as new"
         await asyncio.sleep(0.05)
-    await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     # A signal the run ignores makes it look at what it waits for again.
     await harness.handle(run_id).signal("submit_user_input", 5)
     deadline = time.monotonic() + 10
-    while not any(e["type"] == "ActionIgnored" for e in await harness.events(run_id)):
+    while not any(e.type == "ActionIgnored" for e in await harness.events(run_id)):
         assert time.monotonic() < deadline, "the signal was not recorded"
         await asyncio.sleep(0.05)
     history = await harness.handle(run_id).fetch_history()

@@ -33,6 +33,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from openflow.client import RunConflict
 from openflow.contracts import Action, CallDecision, ToolGrant
+from openflow.engine import WorkflowRunState
 from openflow.engine.spec import Workflow
 from openflow.server import EmbeddedServer, free_port
 from openflow.testing import write_scripted_settings
@@ -84,14 +85,14 @@ async def approve_all(h: Harness, run_id: str, allow: bool = True) -> None:
     while (await h.handle(run_id).describe()).status.name == "RUNNING":  # type: ignore[union-attr]
         assert loop.time() < deadline, f"{run_id} did not end"
         state = await h.state(run_id)
-        for pending in state["pendingApprovals"]:
-            action = Action(kind="approval", approval_id=pending["approvalId"], allow=allow)
+        for pending in state.pending_approvals:
+            action = Action(kind="approval", approval_id=pending.approval_id, allow=allow)
             await h.runs.act(run_id, action)
         await asyncio.sleep(0.05)
 
 
 async def until_asked(h: Harness, run_id: str, node_id: str) -> None:
-    await h.wait_for(run_id, lambda s: node_id in s["awaitingNodeIds"])
+    await h.wait_for(run_id, lambda s: node_id in s.awaiting_node_ids)
 
 
 # --- shapes of a graph -------------------------------------------------------------------
@@ -175,10 +176,10 @@ async def input_by_signal(h: Harness) -> list[str]:
     h.script({"ask": [{"ask": "Which name?"}, {"ask": "Sure?"}, {"echo": True}]})
     run_id = await h.start(asking())
     for text in ("Ada", "yes"):
-        await h.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
-        before = len((await h.state(run_id))["chatLogs"]["ask"])
+        await h.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
+        before = len((await h.state(run_id)).chat_logs["ask"])
         await h.handle(run_id).signal("submit_user_input", {"node_id": "ask", "text": text})
-        await h.wait_for(run_id, lambda s, n=before: len(s["chatLogs"]["ask"]) > n)
+        await h.wait_for(run_id, lambda s, n=before: len(s.chat_logs["ask"]) > n)
     return await completed(h, run_id)
 
 
@@ -216,8 +217,8 @@ async def approval_allowed(h: Harness) -> list[str]:
 async def approval_denied(h: Harness) -> list[str]:
     h.script({"act": [tools(write("x.txt", "x")), summary("gave up")]})
     run_id = await h.start(make_workflow([node("act")], []))
-    state = await h.wait_for(run_id, lambda s: s["pendingApprovals"])
-    approval_id = state["pendingApprovals"][0]["approvalId"]
+    state = await h.wait_for(run_id, lambda s: s.pending_approvals)
+    approval_id = state.pending_approvals[0].approval_id
     action = Action(kind="approval", approval_id=approval_id, allow=False, reason="not now")
     await h.runs.act(run_id, action)
     return await completed(h, run_id)
@@ -227,8 +228,8 @@ async def approval_denied(h: Harness) -> list[str]:
 async def approval_by_signal(h: Harness) -> list[str]:
     h.script({"act": [tools(write("x.txt", "x"), write("y.txt", "y")), summary("wrote")]})
     run_id = await h.start(make_workflow([node("act")], []))
-    state = await h.wait_for(run_id, lambda s: s["pendingApprovals"])
-    approval_id = state["pendingApprovals"][0]["approvalId"]
+    state = await h.wait_for(run_id, lambda s: s.pending_approvals)
+    approval_id = state.pending_approvals[0].approval_id
     await h.handle(run_id).signal(
         "submit_tool_approval", {"approval_id": approval_id, "allow": True}
     )
@@ -242,9 +243,9 @@ async def approval_per_call(h: Harness) -> list[str]:
     later = [{**tools(write("docs/d.md", "d")), "delay_ms": 1000}, tools(write("docs/e.md", "e"))]
     h.script({"act": [three, *later, summary("wrote")]})
     run_id = await h.start(make_workflow([node("act")], []))
-    state = await h.wait_for(run_id, lambda s: s["pendingApprovals"])
-    pending = state["pendingApprovals"][0]
-    ids = [call["id"] for call in pending["toolCalls"]]
+    state = await h.wait_for(run_id, lambda s: s.pending_approvals)
+    pending = state.pending_approvals[0]
+    ids = [call.id for call in pending.tool_calls]
     decisions = [
         CallDecision(call_id=ids[0], allow=True),
         CallDecision(call_id=ids[1], allow=False, reason="not b"),
@@ -252,7 +253,7 @@ async def approval_per_call(h: Harness) -> list[str]:
     ]
     action = Action(
         kind="approval",
-        approval_id=pending["approvalId"],
+        approval_id=pending.approval_id,
         decisions=decisions,
         remember=ToolGrant(tool="write", path_prefix="docs/"),
         by="Ada",
@@ -305,7 +306,7 @@ async def message_while_working(h: Harness) -> list[str]:
         {"work": [tools({"name": "ls", "args": {"path": "."}}, delay_ms=1500), summary("done")]}
     )
     run_id = await h.start(make_workflow([node("work", requestUserInput=True)], []))
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["work"] == "started")
+    await h.wait_for(run_id, lambda s: s.status_by_node["work"] == "started")
     await h.handle(run_id).signal("send_message", {"node_id": "work", "text": "use short names"})
     return await completed(h, run_id)
 
@@ -325,7 +326,7 @@ async def transient_backoff(h: Harness) -> list[str]:
 async def retry_after_failure(h: Harness) -> list[str]:
     h.script({"fragile": [{"error": "permanent", "message": "bad key"}, summary("ok")]})
     run_id = await h.start(make_workflow([node("fragile")], []))
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["fragile"] == "failed")
+    await h.wait_for(run_id, lambda s: s.status_by_node["fragile"] == "failed")
     await h.runs.act(run_id, Action(kind="retry", node_id="fragile"))
     return await completed(h, run_id)
 
@@ -334,7 +335,7 @@ async def retry_after_failure(h: Harness) -> list[str]:
 async def input_retries_a_failed_node(h: Harness) -> list[str]:
     h.script({"fragile": [{"error": "permanent", "message": "bad key"}, summary("ok")]})
     run_id = await h.start(make_workflow([node("fragile")], []))
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["fragile"] == "failed")
+    await h.wait_for(run_id, lambda s: s.status_by_node["fragile"] == "failed")
     await h.runs.act(run_id, Action(kind="input", node_id="fragile", text="use the other key"))
     return await completed(h, run_id)
 
@@ -343,7 +344,7 @@ async def input_retries_a_failed_node(h: Harness) -> list[str]:
 async def message_during_the_last_turn(h: Harness) -> list[str]:
     h.script({"work": [dict(summary("early"), delay_ms=1500), summary("with the message")]})
     run_id = await h.start(make_workflow([node("work", requestUserInput=True)], []))
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["work"] == "started")
+    await h.wait_for(run_id, lambda s: s.status_by_node["work"] == "started")
     await h.handle(run_id).signal("send_message", {"node_id": "work", "text": "add the budget"})
     return await completed(h, run_id)
 
@@ -352,7 +353,7 @@ async def message_during_the_last_turn(h: Harness) -> list[str]:
 async def retry_with_message_by_signal(h: Harness) -> list[str]:
     h.script({"fragile": [{"error": "failed", "message": "no"}, summary("ok")]})
     run_id = await h.start(make_workflow([node("fragile")], []))
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["fragile"] == "failed")
+    await h.wait_for(run_id, lambda s: s.status_by_node["fragile"] == "failed")
     await h.handle(run_id).signal("retry_node", {"node_id": "fragile", "message": "try again"})
     return await completed(h, run_id)
 
@@ -448,7 +449,7 @@ async def stop_mid_tool_then_resume(h: Harness) -> list[str]:
     sleep = {"name": "bash", "args": {"command": "sleep 30"}, "id": "call-sleep"}
     h.script({"slow": [tools(sleep), summary("resumed")]})
     run_id = await h.start(make_workflow([yolo("slow")], []))
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["slow"] == "running_tool")
+    await h.wait_for(run_id, lambda s: s.status_by_node["slow"] == "running_tool")
     await h.handle(run_id).cancel()
     assert (await h.result(run_id)).status == "stopped"
     await h.runs.resume(run_id)
@@ -472,11 +473,11 @@ async def stop_at_input_then_resume(h: Harness) -> list[str]:
 async def resume_after_failure(h: Harness) -> list[str]:
     h.script({"a": [summary("a")], "b": [{"error": "permanent", "message": "down"}]})
     run_id = await h.start(make_workflow([node("a"), node("b")], [("a", "b")]))
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["b"] == "failed")
+    await h.wait_for(run_id, lambda s: s.status_by_node["b"] == "failed")
     await h.runs.stop(run_id)
     assert (await h.result(run_id)).status == "stopped"
     await h.runs.resume(run_id)
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["b"] == "failed")
+    await h.wait_for(run_id, lambda s: s.status_by_node["b"] == "failed")
     await h.runs.act(run_id, Action(kind="retry", node_id="b"))
     return await completed(h, run_id)
 
@@ -491,10 +492,10 @@ async def continue_as_new(h: Harness) -> list[str]:
 SHORT_HISTORY.add("continue_as_new")
 
 
-def _running_tool(node_id: str) -> Callable[[dict[str, Any]], bool]:
-    def check(state: dict[str, Any]) -> bool:
-        rows = state.get("toolCallsByNode", {}).get(node_id, [])
-        return any(row["status"] == "running" for row in rows)
+def _running_tool(node_id: str) -> Callable[[WorkflowRunState], bool]:
+    def check(state: WorkflowRunState) -> bool:
+        rows = state.tool_calls_by_node.get(node_id, [])
+        return any(row.status == "running" for row in rows)
 
     return check
 
@@ -507,7 +508,7 @@ async def interrupt_then_retry(h: Harness) -> list[str]:
     run_id = await h.start(make_workflow([yolo("slow"), yolo("other")], []))
     await h.wait_for(run_id, _running_tool("slow"))
     await h.runs.interrupt(run_id, "slow")
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["slow"] == "interrupted")
+    await h.wait_for(run_id, lambda s: s.status_by_node["slow"] == "interrupted")
     await h.runs.act(run_id, Action(kind="retry", node_id="slow", message="skip it"))
     return await completed(h, run_id)
 
@@ -522,7 +523,7 @@ async def interrupt_by_signal_then_resume_with_message(h: Harness) -> list[str]:
     await h.wait_for(run_id, _running_tool("slow"))
     await h.handle(run_id).signal("interrupt_node", {"node_id": "nope"})
     await h.handle(run_id).signal("interrupt_node", {"node_id": "slow"})
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["slow"] == "interrupted")
+    await h.wait_for(run_id, lambda s: s.status_by_node["slow"] == "interrupted")
     await h.runs.stop(run_id)
     await h.result(run_id)
     await h.runs.resume(run_id, "slow", "carry on")
@@ -545,7 +546,7 @@ async def revert_edit_batches(h: Harness) -> list[str]:
     run_id = await h.start(make_workflow([yolo("edit", requestUserInput=True)], []))
     await until_asked(h, run_id, "edit")
     state = await h.state(run_id)
-    by_call = {b["tool_call_id"]: b["batch_id"] for b in state["editBatches"]}
+    by_call = {b.tool_call_id: b.batch_id for b in state.edit_batches}
     await h.runs.revert(run_id, by_call["call-a"])
     folder = (await h.handle(run_id).query("checkpoint", result_type=dict))["input"]
     (Path(folder["execution_dir"]) / "b.txt").write_text("by hand")
@@ -627,7 +628,7 @@ async def subagent_stopped_then_resumed(h: Harness) -> list[str]:
         exhausted=None,
     )
     run_id = await h.start(make_workflow([yolo("lead")], []))
-    await h.wait_for(run_id, lambda s: s["statusByNode"].get(SCOUT) == "running_tool")
+    await h.wait_for(run_id, lambda s: s.status_by_node.get(SCOUT) == "running_tool")
     await h.runs.stop(run_id)
     assert (await h.result(run_id)).status == "stopped"
     await h.runs.resume(run_id)
@@ -688,7 +689,7 @@ async def stopped_during_review(h: Harness) -> list[str]:
         }
     )
     run_id = await h.start(make_workflow([node("write")], []))
-    await h.wait_for(run_id, lambda s: s["statusByNode"]["write"] == "completed")
+    await h.wait_for(run_id, lambda s: s.status_by_node["write"] == "completed")
     for _ in range(200):
         history = await h.handle(run_id).fetch_history()
         if any(b"post-run review" in e.user_metadata.summary.data for e in history.events):

@@ -72,8 +72,8 @@ async def record(names: list[str]) -> None:
                 run_id = await local.runs.start(wf, entrypoint="stop me")
                 handle = client.get_workflow_handle(run_id)
                 for _ in range(400):
-                    state = await handle.query("state", result_type=dict)
-                    if state["statusByNode"]["slow"] == "running_tool":
+                    state = await local.runs.state(run_id)
+                    if state.status_by_node["slow"] == "running_tool":
                         break
                     await asyncio.sleep(0.05)
                 await handle.cancel()
@@ -117,7 +117,7 @@ async def _reads_and_review(client: object, home: Path, local: LocalRuns) -> Non
     wf = make_workflow([node("look", tools={"approvalMode": "yolo"})], [])
     result = await local.run(wf, script=None)
     assert result.status == "completed", result.status
-    assert result.report is not None and result.report["suggestions"], result.report
+    assert result.report is not None and result.report.suggestions, result.report
     history = await client.get_workflow_handle(result.run_id).fetch_history()  # type: ignore[attr-defined]
     (HERE / "reads_and_review.json").write_text(history.to_json())
 

@@ -44,6 +44,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from openflow.client import Runs
+from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.spec import Workflow
 from openflow.server import EmbeddedServer, free_port
 from openflow.testing import agent_node
@@ -313,7 +314,7 @@ class Campaign:
             await asyncio.sleep(0.2)
         return f"stuck: {status}"
 
-    async def events(self, run_id: str, tenant: str = "") -> list[dict[str, Any]]:
+    async def events(self, run_id: str, tenant: str = "") -> list[RunEvent]:
         for _ in range(50):
             try:
                 return await Runs(self.client, self.task_queue, tenant).events(run_id)
@@ -321,19 +322,31 @@ class Campaign:
                 await asyncio.sleep(0.2)
         return []
 
-    async def state(self, run_id: str) -> dict[str, Any]:
+    async def raw_events(self, run_id: str, tenant: str = "") -> list[dict[str, Any]]:
+        """The `events` query's JSON as it is, field for field (for the secret scan)."""
+        for _ in range(50):
+            try:
+                return await Runs(self.client, self.task_queue, tenant).raw_events(run_id)
+            except Exception:  # noqa: BLE001 - a server coming back
+                await asyncio.sleep(0.2)
+        return []
+
+    async def state(self, run_id: str) -> WorkflowRunState | None:
         try:
             return await self.runs.state(run_id)
         except Exception:  # noqa: BLE001 - not answering yet
-            return {}
+            return None
 
     async def wait_state(
-        self, run_id: str, predicate: Callable[[dict[str, Any]], bool], deadline: float = 60.0
+        self,
+        run_id: str,
+        predicate: Callable[[WorkflowRunState], object],
+        deadline: float = 60.0,
     ) -> bool:
         end = time.monotonic() + deadline
         while time.monotonic() < end:
             state = await self.state(run_id)
-            if state and predicate(state):
+            if state is not None and predicate(state):
                 return True
             await asyncio.sleep(0.1)
         return False

@@ -22,6 +22,8 @@ from bench.chaos import (
     yolo_node,
 )
 from openflow.client import RunConflict
+from openflow.engine import RunEvent
+from openflow.engine.events import ToolOutcomeUnknown
 
 DAG = [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")]
 """A diamond: b and c run in parallel once a is done."""
@@ -54,7 +56,7 @@ def dag_profile(campaign: Campaign, prefix: str) -> tuple[str, list[str], list[t
 
 
 def check_side_effects(
-    folder: Path, events: list[dict[str, Any]], nodes: list[str], known_outcomes: bool
+    folder: Path, events: list[RunEvent], nodes: list[str], known_outcomes: bool
 ) -> list[str]:
     """What went wrong with a run's side effects: duplicates, lost writes, unknown outcomes.
 
@@ -66,7 +68,7 @@ def check_side_effects(
     dup = duplicates(lines)
     if dup:
         problems.append(f"ran twice: {first(dup)}")
-    unknown = {e.get("tool_call_id") for e in events if e.get("type") == "ToolOutcomeUnknown"}
+    unknown = {e.tool_call_id for e in events if isinstance(e, ToolOutcomeUnknown)}
     for node_id in nodes:
         ran = f"start-{node_id}" in lines
         if f"{node_id}-bash" in unknown:
@@ -183,7 +185,7 @@ async def worker_kills(campaign: Campaign, plan: Plan) -> list[Tally]:
     if duplicates(lines):
         problems.append(f"ran twice: {first(duplicates(lines))}")
     events = await campaign.events(chain_run)
-    unknown = {e.get("tool_call_id") for e in events if e.get("type") == "ToolOutcomeUnknown"}
+    unknown = {e.tool_call_id for e in events if isinstance(e, ToolOutcomeUnknown)}
     missing = [
         f"{n}-{k}"
         for n in chain

@@ -23,6 +23,7 @@ from bench.chaos import (
     make_workflow,
     yolo_node,
 )
+from openflow.engine.events import ToolCompleted
 
 OUTSIDE_SECRET = "outside-secret-" + "9d61c0a4e2b7f538"
 
@@ -159,11 +160,7 @@ async def path_escapes(campaign: Campaign, plan: Plan) -> list[Tally]:
         with contextlib.suppress(OSError, ValueError):
             os.kill(int((folder / "flipper.pid").read_text()), signal.SIGKILL)
     events = await campaign.events(run_id)
-    results = {
-        e.get("tool_call_id"): str(e.get("content") or "")
-        for e in events
-        if e.get("type") == "ToolCompleted"
-    }
+    results = {e.tool_call_id: e.content for e in events if isinstance(e, ToolCompleted)}
     changes = _outside_changes(outside, expected)
     attempts = [
         call["id"]
@@ -215,10 +212,10 @@ async def secret_scan(campaign: Campaign, plan: Plan) -> list[Tally]:
             tally.record(False, f"{run_id} history unreadable: {exc}")
             continue
         scan(f"{run_id} history", "\n".join(histories))
-        scan(f"{run_id} events", json.dumps(await campaign.events(run_id)))
+        scan(f"{run_id} events", json.dumps(await campaign.raw_events(run_id)))
     for run_id in sorted(set(campaign.tenant_runs)):
         scan(f"{run_id} history", "\n".join(await campaign.histories(run_id)))
-        scan(f"{run_id} events", json.dumps(await campaign.events(run_id, TENANT)))
+        scan(f"{run_id} events", json.dumps(await campaign.raw_events(run_id, TENANT)))
     for log in sorted(campaign.logs.glob("*.log")) + [campaign.server.log_path]:
         if log.exists():
             scan(f"log {log.name}", log.read_text(errors="replace"))

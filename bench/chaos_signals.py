@@ -23,6 +23,9 @@ from bench.chaos import (
     Tally,
     make_workflow,
 )
+from openflow.client import parse_events, parse_state
+from openflow.engine import RunEvent
+from openflow.engine.events import ActionIgnored
 from openflow.testing import agent_node
 
 SIGNAL_FIELDS = {
@@ -98,18 +101,17 @@ def brief(value: Any, limit: int = 90) -> str:
 async def _ask_run(campaign: Campaign, profile: str) -> tuple[str, WorkflowHandle[Any, Any]]:
     wf = make_workflow("signals", [agent_node(ASK, requestUserInput=True)])
     run_id = await campaign.start(wf, profile, campaign.folder("signals"))
-    if not await campaign.wait_state(run_id, lambda s: s.get("awaitingNodeIds") == [ASK]):
+    if not await campaign.wait_state(run_id, lambda s: s.awaiting_node_ids == [ASK]):
         raise RuntimeError(f"run {run_id} never paused for input")
     return run_id, campaign.client.get_workflow_handle(run_id)
 
 
-def _ignored_markers(events: list[dict[str, Any]]) -> list[str]:
+def _ignored_markers(events: list[RunEvent]) -> list[str]:
     """The ActionIgnored events in order: the marker's node id, or "" for any other action."""
     out = []
     for event in events:
-        if event.get("type") == "ActionIgnored":
-            action = event.get("action") or {}
-            node = action.get("node_id") if isinstance(action, dict) else None
+        if isinstance(event, ActionIgnored):
+            node = event.action.get("node_id")
             out.append(node if isinstance(node, str) and node.startswith("marker-") else "")
     return out
 
@@ -131,7 +133,7 @@ async def _synced(
         if not await _running(handle):
             return False, []
         try:
-            events = await handle.query("events", {"after": 0}, result_type=list)
+            events = parse_events(await handle.query("events", {"after": 0}, result_type=list))
         except Exception:  # noqa: BLE001 - a failed query on a live run: try again
             events = []
         markers = _ignored_markers(events)
@@ -230,10 +232,10 @@ async def signal_flood(campaign: Campaign, plan: Plan) -> list[Tally]:
                 await handle.query(name, args=args)
             live = await _running(handle)
             try:
-                state = await handle.query("state", result_type=dict)
-            except Exception:  # noqa: BLE001
-                state = {}
-            ok = live and state.get("awaitingNodeIds") == [ASK]
+                state = parse_state(await handle.query("state", result_type=dict))
+            except Exception:  # noqa: BLE001 - not answering, or not a state: harmed
+                state = None
+            ok = live and state is not None and state.awaiting_node_ids == [ASK]
             queries.record(ok, f"{name} {brief(args)}: the run was harmed")
             if not ok:
                 run_id, handle = await _ask_run(campaign, profile)

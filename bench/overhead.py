@@ -238,7 +238,7 @@ async def kill_recovery(client: Client, home: Path, address: str) -> float:
     run_id = await runs.start(single(), entrypoint="bench")
     while True:
         state = await runs.state(run_id)
-        if state["statusByNode"].get("busy") == "started":
+        if state.status_by_node.get("busy") == "started":
             break
         await asyncio.sleep(0.02)
     await asyncio.sleep(0.5)
@@ -250,7 +250,7 @@ async def kill_recovery(client: Client, home: Path, address: str) -> float:
     try:
         while True:
             events = await runs.events(run_id)
-            if any(e["type"] == "NodeStarted" for e in events[seen:]):
+            if any(e.type == "NodeStarted" for e in events[seen:]):
                 return time.perf_counter() - killed
             await asyncio.sleep(0.02)
     finally:

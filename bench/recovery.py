@@ -76,7 +76,7 @@ async def kill_mid_turn(client: Client, env: dict[str, str], home: Path) -> floa
         run_id = await runs.start(_workflow(), entrypoint="go")
         while True:
             state = await runs.state(run_id)
-            if state["statusByNode"].get("a") == "started":
+            if state.status_by_node.get("a") == "started":
                 break
             await asyncio.sleep(0.02)
         # prepare_run's started event is in history; the turn's is written when it ends.

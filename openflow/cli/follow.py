@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +24,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from openflow import contracts as c
-from openflow.client import ActionRejected, Runs, parse_event
+from openflow.client import ActionRejected, Runs
 from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.events import (
     Aborted,
@@ -345,13 +345,8 @@ class Renderer:
                 for row in content.splitlines()[-5:]:
                     self._line(f"      {tool} │ {row}", "dim")
 
-    def event(self, event: RunEvent | Mapping[str, Any]) -> None:
-        """Render one durable run event (given as JSON, it is parsed first)."""
-        if isinstance(event, Mapping):
-            parsed = parse_event(event)
-            if parsed is None:
-                return
-            event = parsed
+    def event(self, event: RunEvent) -> None:
+        """Render one durable run event."""
         node_id: str | None = getattr(event, "node_id", None)
         label: str = getattr(event, "label", "")
         if node_id and label:

@@ -15,6 +15,7 @@ import pytest_asyncio
 from temporalio.client import Client
 
 from openflow.client import Runs
+from openflow.engine import WorkflowRunState
 from openflow.testing import agent_node
 from openflow.worker import build_worker
 
@@ -96,21 +97,25 @@ def workflow(workflow_id: str, *nodes: dict[str, Any]) -> dict[str, Any]:
 
 
 async def wait_state(
-    runs: Runs, run_id: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30.0
-) -> dict[str, Any]:
+    runs: Runs,
+    run_id: str,
+    predicate: Callable[[WorkflowRunState], object],
+    timeout: float = 30.0,
+) -> WorkflowRunState:
     """Poll the run's state until `predicate` holds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    last: dict[str, Any] = {}
+    last: WorkflowRunState | None = None
     while loop.time() < deadline:
         try:
             last = await runs.state(run_id)
         except Exception:  # noqa: BLE001 - the run may not have taken its first task yet
-            last = {}
-        if last and predicate(last):
+            last = None
+        if last is not None and predicate(last):
             return last
         await asyncio.sleep(0.05)
-    raise AssertionError(f"condition not reached; last state: {json.dumps(last)[:1500]}")
+    shown = json.dumps(last.as_json())[:1500] if last is not None else "none answered"
+    raise AssertionError(f"condition not reached; last state: {shown}")
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -112,8 +112,8 @@ async def test_calls_denied_one_by_one_through_the_cli(
     path = write_workflow(tmp_path, workflow("calls", node("act")))
     started = await openflow(openflow_env, "run", str(path), "--detach", "--run-id", "run-calls")
     assert started.code == 0, started.stderr
-    state = await wait_state(runs, "run-calls", lambda s: s["pendingApprovals"])
-    batch = state["pendingApprovals"][0]["approvalId"]
+    state = await wait_state(runs, "run-calls", lambda s: s.pending_approvals)
+    batch = state.pending_approvals[0].approval_id
     shown = await openflow(openflow_env, "runs", "show", "run-calls")
     assert "call c-a: write(content=a, path=a.txt)" in shown.stdout, shown.stdout
     assert "call c-b: write(content=b, path=b.txt)" in shown.stdout, shown.stdout
@@ -133,10 +133,10 @@ async def test_calls_denied_one_by_one_through_the_cli(
     state = await wait_state(
         runs,
         "run-calls",
-        lambda s: s["pendingApprovals"] and s["pendingApprovals"][0]["approvalId"] != batch,
+        lambda s: s.pending_approvals and s.pending_approvals[0].approval_id != batch,
     )
-    second = state["pendingApprovals"][0]["approvalId"]
-    assert [(g["tool"], g["pathPrefix"]) for g in state["grants"]] == [("write", "zz/")]
+    second = state.pending_approvals[0].approval_id
+    assert [(g.tool, g.path_prefix) for g in state.grants] == [("write", "zz/")]
     revoked = await openflow(
         openflow_env, "runs", "revoke", "run-calls", "write:zz/", "--by", "Ada"
     )
@@ -153,9 +153,9 @@ async def test_calls_denied_one_by_one_through_the_cli(
         "run run-calls is running"
     ]
 
-    state = await wait_state(runs, "run-calls", lambda s: s["status"] == "completed")
+    state = await wait_state(runs, "run-calls", lambda s: s.status == "completed")
     events = await runs.events("run-calls")
-    denials = {e["tool_call_id"]: e["reason"] for e in events if e["type"] == "ToolDenied"}
+    denials = {e.tool_call_id: e.reason for e in events if e.type == "ToolDenied"}
     assert denials == {"c-b": "not b", "c-c": "later", "c-d": "later"}
     written = [p.name for p in (home / "runs" / "run-calls" / "workspace").glob("*.txt")]
     assert written == ["a.txt"]

@@ -51,7 +51,7 @@ async def test_a_second_run_on_a_folder_is_refused_naming_the_first_unless_allow
         openflow_env, "run", str(path), "--project", str(project), "--detach", "--run-id", "run-a"
     )
     assert first.code == 0, first.stderr
-    await wait_state(runs, "run-a", lambda s: s["awaitingNodeIds"] == ["ask"])
+    await wait_state(runs, "run-a", lambda s: s.awaiting_node_ids == ["ask"])
 
     refused = await openflow(openflow_env, "run", str(path), "--project", str(project), "--detach")
     assert_one_line_error(
@@ -76,6 +76,6 @@ async def test_a_second_run_on_a_folder_is_refused_naming_the_first_unless_allow
         openflow_env, "runs", "input", "run-a", "ask", "this", "--attach", str(notes)
     )
     assert answered.code == 0, answered.stderr
-    state = await wait_state(runs, "run-a", lambda s: s["status"] == "completed")
-    [said] = [m for m in state["chatLogs"]["ask"] if m["content"] == "this"]
-    assert [a["name"] for a in said["attachments"]] == ["notes.md"]
+    state = await wait_state(runs, "run-a", lambda s: s.status == "completed")
+    [said] = [m for m in state.chat_logs["ask"] if m.content == "this"]
+    assert [a.name for a in said.attachments] == ["notes.md"]

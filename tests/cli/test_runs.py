@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from openflow.client import Runs
+from openflow.engine.events import Finished
 from openflow.testing import write_scripted_settings
 from tests.cli.conftest import (
     node,
@@ -56,7 +57,7 @@ async def test_input_approve_deny_through_the_cli(
     assert started.lines == ["run-cli-flow"]
     assert "/namespaces/default/workflows/run-cli-flow" in started.stderr
 
-    await wait_state(runs, "run-cli-flow", lambda s: s["awaitingNodeIds"] == ["writer"])
+    await wait_state(runs, "run-cli-flow", lambda s: s.awaiting_node_ids == ["writer"])
     shown = await openflow(openflow_env, "runs", "show", "run-cli-flow")
     assert shown.code == 0, shown.stderr
     assert "status    paused" in shown.stdout
@@ -66,23 +67,23 @@ async def test_input_approve_deny_through_the_cli(
     answered = await openflow(openflow_env, "runs", "input", "run-cli-flow", "writer", "a.txt")
     assert answered.code == 0, answered.stderr
 
-    state = await wait_state(runs, "run-cli-flow", lambda s: s["pendingApprovals"])
-    first = state["pendingApprovals"][0]["approvalId"]
+    state = await wait_state(runs, "run-cli-flow", lambda s: s.pending_approvals)
+    first = state.pending_approvals[0].approval_id
     approved = await openflow(openflow_env, "runs", "approve", "run-cli-flow", first)
     assert approved.code == 0, approved.stderr
 
     state = await wait_state(
         runs,
         "run-cli-flow",
-        lambda s: any(p["approvalId"] != first for p in s["pendingApprovals"]),
+        lambda s: any(p.approval_id != first for p in s.pending_approvals),
     )
-    second = state["pendingApprovals"][0]["approvalId"]
+    second = state.pending_approvals[0].approval_id
     denied = await openflow(
         openflow_env, "runs", "deny", "run-cli-flow", second, "--reason", "only one file"
     )
     assert denied.code == 0, denied.stderr
 
-    await wait_state(runs, "run-cli-flow", lambda s: s["status"] == "completed")
+    await wait_state(runs, "run-cli-flow", lambda s: s.status == "completed")
     workspace = home_of(openflow_env) / "runs" / "run-cli-flow" / "workspace"
     assert (workspace / "a.txt").read_text() == "A"
     assert not (workspace / "b.txt").exists()
@@ -143,14 +144,14 @@ async def test_retry_stop_and_resume_through_the_cli(
     run_id = started.lines[0]
     assert run_id.startswith("run-")
 
-    await wait_state(runs, run_id, lambda s: s["statusByNode"]["fragile"] == "failed")
+    await wait_state(runs, run_id, lambda s: s.status_by_node["fragile"] == "failed")
     shown = await openflow(openflow_env, "runs", "show", run_id)
     assert "Fragile failed and waits for a retry: permanent: bad key" in shown.stdout
     assert f"openflow runs retry {run_id} fragile" in shown.stdout
     retried = await openflow(openflow_env, "runs", "retry", run_id, "fragile", "--message", "again")
     assert retried.code == 0, retried.stderr
 
-    await wait_state(runs, run_id, lambda s: s["statusByNode"]["slow"] == "running_tool")
+    await wait_state(runs, run_id, lambda s: s.status_by_node["slow"] == "running_tool")
     stopped = await openflow(openflow_env, "runs", "stop", run_id)
     assert stopped.code == 0, stopped.stderr
     assert await runs.status(run_id) == "stopped"
@@ -159,8 +160,8 @@ async def test_retry_stop_and_resume_through_the_cli(
 
     resumed = await openflow(openflow_env, "runs", "resume", run_id)
     assert resumed.code == 0, resumed.stderr
-    state = await wait_state(runs, run_id, lambda s: s["status"] == "completed")
-    assert state["outputs"] == {"fragile": {"summary": "fixed"}, "slow": {"summary": "resumed"}}
+    state = await wait_state(runs, run_id, lambda s: s.status == "completed")
+    assert state.outputs == {"fragile": {"summary": "fixed"}, "slow": {"summary": "resumed"}}
     shown = await openflow(openflow_env, "runs", "show", run_id)
     assert "status    completed" in shown.stdout
     resume_again = await openflow(openflow_env, "runs", "resume", run_id)
@@ -234,7 +235,9 @@ async def test_the_follower_shows_the_post_run_reviews_suggestions() -> None:
         "recommendation": "List first, then read what you need.",
     }
     renderer.event(
-        {"type": "Finished", "seq": 9, "report": {"workflow_id": "w", "suggestions": [suggestion]}}
+        Finished.model_validate(
+            {"seq": 9, "report": {"workflow_id": "w", "suggestions": [suggestion]}}
+        )
     )
     text = out.getvalue()
     assert "suggestion [tools] (look): Read once — List first, then read what you need." in text
@@ -265,24 +268,24 @@ async def test_interrupt_retry_and_revert_through_the_cli(
     started = await openflow(openflow_env, "run", str(path), "--detach", "--project", str(project))
     assert started.code == 0, started.stderr
     run_id = started.lines[0]
-    await wait_state(runs, run_id, lambda s: s["statusByNode"]["slow"] == "running_tool")
+    await wait_state(runs, run_id, lambda s: s.status_by_node["slow"] == "running_tool")
     interrupted = await openflow(openflow_env, "runs", "interrupt", run_id, "slow")
     assert interrupted.code == 0, interrupted.stderr
-    await wait_state(runs, run_id, lambda s: s["statusByNode"]["slow"] == "interrupted")
+    await wait_state(runs, run_id, lambda s: s.status_by_node["slow"] == "interrupted")
     again = await openflow(openflow_env, "runs", "interrupt", run_id, "slow")
     assert again.code == 2 and len(again.stderr.splitlines()) == 1
     assert "already interrupted" in again.stderr
     retried = await openflow(openflow_env, "runs", "retry", run_id, "slow", "--message", "go")
     assert retried.code == 0, retried.stderr
-    state = await wait_state(runs, run_id, lambda s: s["awaitingNodeIds"] == ["slow"])
-    (batch,) = state["editBatches"]
+    state = await wait_state(runs, run_id, lambda s: s.awaiting_node_ids == ["slow"])
+    (batch,) = state.edit_batches
     assert (project / "a.txt").read_text() == "after\n"
-    reverted = await openflow(openflow_env, "runs", "revert", run_id, batch["batch_id"])
+    reverted = await openflow(openflow_env, "runs", "revert", run_id, batch.batch_id)
     assert reverted.code == 0 and "restored a.txt" in reverted.stdout, reverted.stderr
     assert (project / "a.txt").read_text() == "before\n"
-    unknown = await openflow(openflow_env, "runs", "revert", run_id, batch["batch_id"])
+    unknown = await openflow(openflow_env, "runs", "revert", run_id, batch.batch_id)
     assert unknown.code == 2 and "no edit batch" in unknown.stderr
     idle = await openflow(openflow_env, "runs", "interrupt", run_id, "slow")
     assert idle.code == 2 and "waits for input" in idle.stderr
     await openflow(openflow_env, "runs", "input", run_id, "slow", "no")
-    assert (await wait_state(runs, run_id, lambda s: s["status"] == "completed"))["status"]
+    assert (await wait_state(runs, run_id, lambda s: s.status == "completed")).status

@@ -103,7 +103,7 @@ async def test_a_saved_schedule_starts_a_run_and_skips_while_it_goes(
     assert triggered.code == 0, triggered.stderr
     [run_id] = await poll(running)
     assert run_id.startswith(f"run-{wid}-")
-    await wait_state(runs, run_id, lambda s: s["awaitingNodeIds"] == ["gate"])
+    await wait_state(runs, run_id, lambda s: s.awaiting_node_ids == ["gate"])
 
     # Due again while the run waits for a person: skipped, not queued.
     again = await cli("schedules", "trigger", wid)
@@ -120,8 +120,8 @@ async def test_a_saved_schedule_starts_a_run_and_skips_while_it_goes(
     assert run.typed_search_attributes.get(SA_WORKFLOW_ID) == wid
     assert run.typed_search_attributes.get(SA_TENANT) == ""
     await runs.act(run_id, c.Action(kind="input", node_id="gate", text="yes"))
-    state = await wait_state(runs, run_id, lambda s: s["status"] == "completed")
-    assert state["outputs"]["gate"] == {"summary": "scheduled hello"}
+    state = await wait_state(runs, run_id, lambda s: s.status == "completed")
+    assert state.outputs["gate"] == {"summary": "scheduled hello"}
     assert len((await schedules.get(wid)).recent_runs) == 1
     # The empty run id the schedule carries replays deterministically, under the sandbox.
     await history_replayer().replay_workflow(

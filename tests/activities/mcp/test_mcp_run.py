@@ -13,6 +13,7 @@ from temporalio.worker import Replayer
 
 from openflow import contracts as c
 from openflow.client import Runs
+from openflow.engine.events import ToolApprovalRequested, ToolCompleted
 from openflow.testing import write_scripted_settings
 from openflow.worker import build_worker, sandbox_runner
 from openflow.workflows.run import OpenFlowRun
@@ -52,12 +53,12 @@ async def test_a_node_calls_mcp_tools_and_reads_their_results(
         run_id = await runs.start(wf, entrypoint="use the tools")
         handle = client.get_workflow_handle(run_id)
         result = c.RunResult.model_validate(await asyncio.wait_for(handle.result(), 60))
-        events = await handle.query(c.QUERY_EVENTS, {"after": 0}, result_type=list)
+        events = await runs.events(run_id)
         history = await handle.fetch_history()
     assert result.status == "completed"
-    completed = {e["tool_name"]: e for e in events if e["type"] == "ToolCompleted"}
-    assert (completed[ADD]["content"], completed[ADD]["is_error"]) == ("5", False)
-    assert completed[LOOKUP]["content"] == "durable: found"
+    completed = {e.tool_name: e for e in events if isinstance(e, ToolCompleted)}
+    assert (completed[ADD].content, completed[ADD].is_error) == ("5", False)
+    assert completed[LOOKUP].content == "durable: found"
     catalog = json.loads((openflow_home / "runs" / run_id / "catalog.json").read_text())
     pinned = {e["name"]: e["mcp"] for e in catalog if "mcp" in e}
     assert pinned[ADD]["server_id"] == "calc" and pinned[LOOKUP]["tool"] == "lookup"
@@ -94,19 +95,19 @@ async def test_tools_of_a_server_marked_read_run_without_asking(
         run_id = await runs.start(wf, entrypoint="use the tools")
         for _ in range(400):
             state = await runs.state(run_id)
-            if state["pendingApprovals"]:
+            if state.pending_approvals:
                 break
             await asyncio.sleep(0.05)
-        [pending] = state["pendingApprovals"]
-        assert [call["id"] for call in pending["toolCalls"]] == ["call-look"]
+        [pending] = state.pending_approvals
+        assert [call.id for call in pending.tool_calls] == ["call-look"]
         await runs.act(
-            run_id, c.Action(kind="approval", approval_id=pending["approvalId"], allow=True)
+            run_id, c.Action(kind="approval", approval_id=pending.approval_id, allow=True)
         )
         handle = client.get_workflow_handle(run_id)
         result = c.RunResult.model_validate(await asyncio.wait_for(handle.result(), 60))
-        events = await handle.query(c.QUERY_EVENTS, {"after": 0}, result_type=list)
+        events = await runs.events(run_id)
     assert result.status == "completed"
-    asked = [e for e in events if e["type"] == "ToolApprovalRequested"]
-    assert len(asked) == 1 and asked[0]["request"]["tier"] == "write"
-    completed = {e["tool_call_id"]: e["content"] for e in events if e["type"] == "ToolCompleted"}
+    asked = [e for e in events if isinstance(e, ToolApprovalRequested)]
+    assert len(asked) == 1 and asked[0].request.tier == "write"
+    completed = {e.tool_call_id: e.content for e in events if isinstance(e, ToolCompleted)}
     assert completed == {"call-add": "5", "call-look": "durable: found"}

@@ -29,6 +29,8 @@ import openflow.activities.providers.openai_responses  # noqa: F401
 from openflow.attachments import Upload
 from openflow.client import Runs
 from openflow.contracts import Action
+from openflow.engine import WorkflowRunState
+from openflow.engine.events import RunStarted
 from openflow.engine.harness import REQUEST_INPUT_TOOL, SUBMIT_TOOL
 from openflow.engine.spec import Workflow
 from openflow.testing import agent_node
@@ -81,19 +83,22 @@ def settings(home: Path, provider: str, base_url: str) -> None:
     (home / "settings.json").write_text(json.dumps(data), encoding="utf-8")
 
 
-async def wait_state(runs: Runs, run_id: str, predicate: Any) -> dict[str, Any]:
+async def wait_state(
+    runs: Runs, run_id: str, predicate: Callable[[WorkflowRunState], object]
+) -> WorkflowRunState:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 30
-    last: dict[str, Any] = {}
+    last: WorkflowRunState | None = None
     while loop.time() < deadline:
         try:
             last = await runs.state(run_id)
         except Exception:  # noqa: BLE001 - the run may not have taken its first task yet
-            last = {}
-        if last and predicate(last):
+            last = None
+        if last is not None and predicate(last):
             return last
         await asyncio.sleep(0.05)
-    raise AssertionError(f"condition not reached: {json.dumps(last)[:1500]}")
+    shown = json.dumps(last.as_json())[:1500] if last is not None else "none answered"
+    raise AssertionError(f"condition not reached: {shown}")
 
 
 async def test_an_entrypoint_image_reaches_anthropic_as_an_image_block(
@@ -117,19 +122,19 @@ async def test_an_entrypoint_image_reaches_anthropic_as_an_image_block(
         events = await runs.events(run_id)
         history = json.dumps((await handle.fetch_history()).to_json_dict())
 
-    assert state["outputs"] == {"look": {"summary": "a green dot"}}
+    assert state.outputs == {"look": {"summary": "a green dot"}}
     # The node's call (the post-run review's, on the same provider, carries no files).
     first = server.requests[0].json()["messages"][0]
     [image] = [block for block in first["content"] if block["type"] == "image"]
     assert image["source"] == {"type": "base64", "media_type": "image/png", "data": ENCODED}
     # The node's input names the attachment (spec 2.4 `input.entrypoint.attachments`).
     assert '"name": "chart.png"' in first["content"][0]["text"]
-    [started] = [e for e in events if e["type"] == "RunStarted"]
-    [ref] = started["attachments"]
-    assert ref["name"] == "chart.png" and ref["media_type"] == "image/png"
-    assert ref["size_bytes"] == len(PNG) and ref["uri"] == f"run://attachments/{ref['sha256']}"
+    [started] = [e for e in events if isinstance(e, RunStarted)]
+    [ref] = started.attachments
+    assert ref.name == "chart.png" and ref.media_type == "image/png"
+    assert ref.size_bytes == len(PNG) and ref.uri == f"run://attachments/{ref.sha256}"
     assert ENCODED not in history
-    stored = openflow_home / "runs" / run_id / "attachments" / ref["sha256"]
+    stored = openflow_home / "runs" / run_id / "attachments" / str(ref.sha256)
     assert stored.read_bytes() == PNG
 
 
@@ -155,7 +160,7 @@ async def test_files_given_with_an_answer_reach_openai_responses(
         run_id = await runs.start(
             one_node("openai", "gpt-4o-mini", requestUserInput=True), entrypoint="look"
         )
-        await wait_state(runs, run_id, lambda s: s["awaitingNodeIds"] == ["look"])
+        await wait_state(runs, run_id, lambda s: s.awaiting_node_ids == ["look"])
         await runs.act(
             run_id,
             Action(kind="input", node_id="look", text="Here it is."),
@@ -166,7 +171,7 @@ async def test_files_given_with_an_answer_reach_openai_responses(
         state = await runs.state(run_id)
         history = json.dumps((await handle.fetch_history()).to_json_dict())
 
-    assert state["outputs"] == {"look": {"summary": "a green dot"}}
+    assert state.outputs == {"look": {"summary": "a green dot"}}
     [answered] = [
         item
         for request in server.requests
@@ -180,6 +185,6 @@ async def test_files_given_with_an_answer_reach_openai_responses(
     assert text.startswith("Here it is.")
     assert "Attachment notes.md (text/markdown):\n# Notes\nbe kind" in text
     # The person's message in the node's chat names its files; history holds no bytes.
-    [said] = [m for m in state["chatLogs"]["look"] if m["content"] == "Here it is."]
-    assert [a["name"] for a in said["attachments"]] == ["photo.png", "notes.md"]
+    [said] = [m for m in state.chat_logs["look"] if m.content == "Here it is."]
+    assert [a.name for a in said.attachments] == ["photo.png", "notes.md"]
     assert ENCODED not in history and "be kind" not in history

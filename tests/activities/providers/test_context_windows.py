@@ -19,6 +19,7 @@ from wire.turns import FakeCall, FakeTurn
 import openflow.activities.providers.openai_responses  # noqa: F401
 from openflow.activities.providers import max_context_tokens
 from openflow.client import Runs
+from openflow.engine.events import UsageReported
 from openflow.engine.harness import SUBMIT_TOOL
 from openflow.engine.spec import Workflow
 from openflow.settings import ProviderProfile
@@ -89,7 +90,7 @@ async def test_a_tabled_model_reports_its_window_in_usage_events_and_the_state(
         await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
         state = await runs.state(run_id)
         events = await runs.events(run_id)
-    used = [e for e in events if e["type"] == "UsageReported" and e["node_id"] == "a"]
-    assert used and used[0]["max_context_tokens"] == table()[model]
-    window = state["contextWindowByNode"]["a"]
-    assert (window["maxTokens"], window["model"]) == (table()[model], model)
+    used = [e for e in events if isinstance(e, UsageReported) and e.node_id == "a"]
+    assert used and used[0].max_context_tokens == table()[model]
+    window = state.context_window_by_node["a"]
+    assert (window.max_tokens, window.model) == (table()[model], model)

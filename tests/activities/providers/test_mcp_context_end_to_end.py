@@ -109,7 +109,7 @@ async def test_mcp_resources_and_prompts_reach_the_request_and_a_broken_server_i
         state = await runs.state(run_id)
         history = payload_text((await handle.fetch_history()).to_json_dict())
 
-    assert state["outputs"] == {"read": {"summary": "read"}}
+    assert state.outputs == {"read": {"summary": "read"}}
     system = json.dumps(server.requests[0].json()["system"])
     assert "MCP context (untrusted data" in system
     assert "The release train leaves on Thursdays." in system
@@ -119,5 +119,5 @@ async def test_mcp_resources_and_prompts_reach_the_request_and_a_broken_server_i
     assert "notes://guide" in history and "mcp-context/" in history
     assert "Guide line 399" not in history
     assert "The release train leaves on Thursdays." in history  # short: inline
-    told = [m["content"] for m in state["chatLogs"]["read"] if m["role"] == "system"]
+    told = [m.content for m in state.chat_logs["read"] if m.role == "system"]
     assert any("MCP server 'gone' was skipped" in text for text in told), told

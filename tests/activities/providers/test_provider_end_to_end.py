@@ -21,6 +21,7 @@ from wire.server import WireServer
 from wire.turns import FakeCall, FakeTurn
 
 from openflow.client import Runs
+from openflow.engine.events import UsageReported
 from openflow.engine.harness import SUBMIT_TOOL
 from openflow.engine.spec import Workflow
 from openflow.live import FileLiveChannel
@@ -128,17 +129,21 @@ async def test_nodes_on_two_providers_stream_deltas_to_the_live_channel(
     (openflow_home / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
 
     async with build_worker(client, task_queue, openflow_home):
-        run_id = await Runs(client, task_queue).start(workflow(), entrypoint="autumn")
+        runs = Runs(client, task_queue)
+        run_id = await runs.start(workflow(), entrypoint="autumn")
         live = FileLiveChannel(openflow_home / "runs")
         deltas = await collect_deltas(live, run_id, wanted=4)
         handle = client.get_workflow_handle(run_id)
         await asyncio.wait_for(handle.result(), 60)
-        state = await handle.query("state", result_type=dict)
-        events = await handle.query("events", {"after": 0}, result_type=list)
+        state = await runs.state(run_id)
+        events = await runs.events(run_id)
+        # What the queries answer, field for field, for the secret scan below.
+        raw_state = await runs.raw_state(run_id)
+        raw_events = await runs.raw_events(run_id)
         history = await handle.fetch_history()
 
-    assert state["status"] == "completed"
-    assert state["outputs"] == {
+    assert state.status == "completed"
+    assert state.outputs == {
         "draft": {"summary": "draft ready"},
         "review": {"summary": "approved"},
     }
@@ -165,10 +170,10 @@ async def test_nodes_on_two_providers_stream_deltas_to_the_live_channel(
     assert "draft ready" in review_body["input"][0]["content"]
     assert review_body["prompt_cache_key"].startswith("of_")
 
-    usage = [e for e in events if e["type"] == "UsageReported"]
-    assert {e["node_id"] for e in usage} - {"__post_run_review"} == {"draft", "review"}
+    usage = [e for e in events if isinstance(e, UsageReported)]
+    assert {e.node_id for e in usage} - {"__post_run_review"} == {"draft", "review"}
 
     exported = json.dumps(history.to_json_dict())
     assert MARKER_KEY not in exported
-    assert MARKER_KEY not in json.dumps(events)
-    assert MARKER_KEY not in json.dumps(state)
+    assert MARKER_KEY not in json.dumps(raw_events)
+    assert MARKER_KEY not in json.dumps(raw_state)

@@ -36,6 +36,8 @@ from openflow.engine.request import AgentRequest, ModelReply
 from openflow.engine.state import (
     CallModel,
     Conversation,
+    CounterName,
+    Counters,
     InFlightCall,
     SleepUntil,
     StoredItemRef,
@@ -186,14 +188,23 @@ def wrote_recently(conv: Conversation) -> bool:
     )
 
 
+_FRESH = Counters()
+
+
 def reset_protocol(conv: Conversation, keep_auto_continue: bool = False) -> None:
     """Progress: the protocol counters, the transient streak and any backoff start over."""
     streak = conv.counters.auto_continue
-    conv.counters = type(conv.counters)()
-    if keep_auto_continue:
-        conv.counters.auto_continue = streak
+    conv.counters = Counters(auto_continue=streak) if keep_auto_continue and streak else _FRESH
     conv.transient_streak = 0
     conv.backoff_until_ms = None
+
+
+def count(step: Step, seat: Seat, counter: CounterName, value: int | None = None) -> int:
+    """Add one to a protocol counter of the seat's conversation (or set it to `value`)."""
+    conv = conversation(step, seat)
+    new = getattr(conv.counters, counter) + 1 if value is None else value
+    conv.counters = conv.counters.model_copy(update={counter: new})
+    return new
 
 
 # --- calls ------------------------------------------------------------------------------
@@ -392,6 +403,7 @@ __all__ = [
     "child_seat",
     "close_open",
     "conversation",
+    "count",
     "count_usage",
     "delta",
     "hold_for_backoff",

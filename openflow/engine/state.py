@@ -107,7 +107,10 @@ class TranscriptDelta(OmitDefaults, _Frozen):
 # --- per node state ---------------------------------------------------------------------
 
 
-class Counters(_Model):
+CounterName = Literal["submit", "request_input", "empty", "mixed", "truncation", "auto_continue"]
+
+
+class Counters(_Frozen):
     """Protocol retry counters of one conversation (spec 3.5, 3.6); all reset on progress."""
 
     submit: int = 0
@@ -118,7 +121,7 @@ class Counters(_Model):
     auto_continue: int = 0
 
 
-class InFlightCall(_Model):
+class InFlightCall(_Frozen):
     call_id: str
     model_attempt: int
     kind: Literal["node", "repair", "review", "subagent"] = "node"
@@ -976,6 +979,7 @@ __all__ = [
     "NodePhase",
     "Ready",
     "StoringHandoff",
+    "CounterName",
     "Counters",
     "DeltaItem",
     "Fact",

@@ -55,6 +55,7 @@ from openflow.engine.conversation import (
     announce_attempt,
     append,
     conversation,
+    count,
     hold_for_backoff,
     send,
     take_reply,
@@ -300,7 +301,7 @@ def on_child_tool_calls(step: Step, seat: Seat, outcome: ToolCalls, mode: str, k
     """Queue the child's calls without approval; refuse what a subagent may not run."""
     conv = conversation(step, seat)
     conv.transient_streak = 0
-    conv.counters.auto_continue = 0
+    count(step, seat, "auto_continue", 0)
     if outcome.assistant_message.strip():
         keep(AssistantItem(content=outcome.assistant_message.strip()))
     offered = set(child_tools(step, mode)) if step.s.tool_names is not None else None
@@ -368,8 +369,7 @@ def on_child_text(step: Step, seat: Seat, text: str, keep: Any) -> None:
     conv.transient_streak = 0
     if text.strip():
         keep(AssistantItem(content=text.strip()))
-    conv.counters.auto_continue += 1
-    if conv.counters.auto_continue >= SUBAGENT_TEXT_CAP:
+    if count(step, seat, "auto_continue") >= SUBAGENT_TEXT_CAP:
         failure = prompts.SUBAGENT_NARRATION_FAILURE.format(cap=SUBAGENT_TEXT_CAP)
         fail_child(step, seat.node_id, failure)
         return

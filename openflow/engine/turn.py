@@ -30,6 +30,7 @@ from openflow.engine.conversation import (
     Seat,
     add_result,
     append,
+    count,
     hold_for_backoff,
     keep_all,
     report_usage,
@@ -385,7 +386,7 @@ def text_only(
                 "while user input is disabled",
             )
         return
-    conv.counters.auto_continue += 1
+    count(step, seat, "auto_continue")
     tools_cfg = step.by_id[node_id].agent.tools
     nudge = prompts.text_only_nudge(
         conversational=conversational,
@@ -426,7 +427,7 @@ def on_input_request(
                 f"({problem})",
             )
             return
-        conv.counters.request_input += 1
+        count(step, Seat(node_id), "request_input")
         nudge = prompts.invalid_input_request_nudge(problem, structured_disabled)
         append(step, Seat(node_id), UserItem(content=nudge))
         return
@@ -480,12 +481,12 @@ def on_error(step: Step, node_id: str, err: TurnError, allow_repair: bool = True
         interrupt(step, node_id)
         return
     if err.error == "malformed" and counters.submit < PROTOCOL_CAP:
-        counters.submit += 1
+        count(step, seat, "submit")
         nudge = prompts.malformed_nudge(err.message, submission_schema(agent))
         append(step, seat, UserItem(content=nudge))
         return
     if err.error == "mixed" and counters.mixed < PROTOCOL_CAP:
-        counters.mixed += 1
+        count(step, seat, "mixed")
         enabled = [HARNESS_SUBMIT]
         if step.conversational(node_id):
             if agent.tools.allow_free_text_user_input:
@@ -495,7 +496,7 @@ def on_error(step: Step, node_id: str, err: TurnError, allow_repair: bool = True
         append(step, seat, UserItem(content=prompts.mixed_nudge(enabled)))
         return
     if err.error == "truncated" and counters.truncation < PROTOCOL_CAP:
-        counters.truncation += 1
+        count(step, seat, "truncation")
         append(step, seat, UserItem(content=prompts.truncation_nudge(err.tool_names)))
         return
     if err.error == "empty" and on_empty(step, node_id):
@@ -511,7 +512,7 @@ def on_empty(step: Step, node_id: str) -> bool:
     seat = Seat(node_id)
     conversational = step.conversational(node_id)
     if conv.counters.empty < PROTOCOL_CAP:
-        conv.counters.empty += 1
+        count(step, seat, "empty")
         narrated = any(
             isinstance(i, AssistantItem) and prompts.narrates_write(i.content)
             for i in conv.transcript[-3:]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from openflow.engine.budget import run_budget
 from openflow.engine.build import snapshot_agents
+from openflow.engine.conversation import Seat, update_conversation
 from openflow.engine.events import ActionIgnored, ChatMessage, Error, RunResumed, RunStarted
 from openflow.engine.facts import (
     IGNORED_TEXT_CHARS,
@@ -311,12 +312,10 @@ def resume(snapshot: RunSnapshot, now_ms: int, continuation: Continuation | None
             batch.in_flight = False
     for node_id in sorted(step.s.nodes):
         ns = step.node(node_id)
-        conv = ns.conversation
-        conv.backoff_until_ms = None
         ns.pending_repair = None
-        if conv.in_flight is not None:
-            conv.in_flight = None
+        if ns.conversation.in_flight is not None:
             ns.phase = Interrupted()
+        update_conversation(step, Seat(node_id), in_flight=None, backoff_until_ms=None)
         node = step.by_id.get(node_id)
         if ns.handoff_job is not None and node is not None:
             fmt = node.agent.handoff.format

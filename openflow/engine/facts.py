@@ -31,6 +31,7 @@ from openflow.engine.conversation import (
     reset_protocol,
     retry_lost,
     take_call,
+    update_conversation,
 )
 from openflow.engine.events import (
     ActionIgnored,
@@ -158,10 +159,10 @@ def on_timer(step: Step, key: str) -> None:
     for node_id, seen in sorted(step.s.nodes.items()):
         child = seen.child
         if child is not None and child.timer_key == key and node_id in step.by_id:
-            conversation(step, Seat(node_id, child.subagent_id)).backoff_until_ms = None
+            update_conversation(step, Seat(node_id, child.subagent_id), backoff_until_ms=None)
             return
     if key in step.s.nodes:
-        step.node(key).conversation.backoff_until_ms = None
+        update_conversation(step, Seat(key), backoff_until_ms=None)
 
 
 # --- model calls ------------------------------------------------------------------------
@@ -189,9 +190,8 @@ def on_model_replied(step: Step, fact: ModelReplied) -> None:
 
 def settle(step: Step, seat: Seat, persisted_len: int | None) -> None:
     """A call came back: what the store holds now, and one more call done."""
-    conv = conversation(step, seat)
     if persisted_len is not None:
-        conv.persisted_len = persisted_len
+        update_conversation(step, seat, persisted_len=persisted_len)
     if seat.subagent_id is not None:
         count_call(step, seat)
     else:
@@ -213,17 +213,16 @@ def on_model_failed(step: Step, fact: ModelFailed) -> None:
     if call.kind == "repair":
         on_repair_failure(step, node_id, fact.failure)
         return
-    conv = conversation(step, seat)
     if fact.refs_missing:
         # The run store lost what the references point at (its blobs are not synced to
         # disk): the next call sends the items themselves. Not the model's failure.
         if fact.persisted_len is not None:
-            conv.persisted_len = fact.persisted_len
-        conv.inline_next = True
+            update_conversation(step, seat, persisted_len=fact.persisted_len)
+        update_conversation(step, seat, inline_next=True)
         return
     if fact.lost:
         if fact.persisted_len is not None:
-            conv.persisted_len = fact.persisted_len
+            update_conversation(step, seat, persisted_len=fact.persisted_len)
         display = error_text(classify_failure(fact.failure))
         if not retry_lost(step, seat, display):
             if seat.subagent_id is not None:
@@ -446,12 +445,15 @@ def retry(
     step: Step, node_id: str, message: str | None, attachments: tuple[Attachment, ...] = ()
 ) -> None:
     ns = step.node(node_id)
-    conv = ns.conversation
     ns.phase = Ready()
     ns.pending_repair = None
-    reset_protocol(conv)
-    conv.retries = min(conv.retries + 1, MAX_MODEL_ATTEMPT)
-    conv.announced_attempt = min(conv.announced_attempt, conv.model_attempt - 1)
+    seat = Seat(node_id)
+    reset_protocol(step, seat)
+    conv = conversation(step, seat)
+    conv = update_conversation(step, seat, retries=min(conv.retries + 1, MAX_MODEL_ATTEMPT))
+    update_conversation(
+        step, seat, announced_attempt=min(conv.announced_attempt, conv.model_attempt - 1)
+    )
     if message or attachments:
         text = message or ""
         append(step, Seat(node_id), UserItem(content=text, attachments=attachments))

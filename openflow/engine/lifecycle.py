@@ -11,7 +11,7 @@ is cancelled and every call it made without a result gets the interrupted result
 from __future__ import annotations
 
 from openflow.engine import prompts
-from openflow.engine.conversation import Seat, add_result, close_open
+from openflow.engine.conversation import Seat, add_result, close_open, update_conversation
 from openflow.engine.events import NodeErrored, NodeInterrupted, SubagentFailed
 from openflow.engine.state import CancelWork, Failed, Interrupted, NodeState, RunSnapshot
 from openflow.engine.step import Step
@@ -41,7 +41,7 @@ def interrupt(step: Step, node_id: str) -> None:
         step.intents.append(CancelWork(ids=tuple(sorted(ids))))
     ns = step.node(node_id)
     ns.phase = Interrupted()
-    ns.conversation.backoff_until_ms = None
+    update_conversation(step, Seat(node_id), backoff_until_ms=None)
     ns.pending_repair = None
     for batch in step.node_batches(node_id):
         step.s.batches.pop(batch.batch_id)
@@ -94,7 +94,7 @@ def interrupt_node(step: Step, node_id: str) -> None:
     in_flight = ns.conversation.in_flight
     if in_flight is not None:
         ids.append(in_flight.call_id)
-        ns.conversation.in_flight = None
+        update_conversation(step, Seat(node_id), in_flight=None)
         if in_flight.kind != "repair":
             # Counted as a call made, as when a call comes back interrupted.
             ns.calls_done += 1

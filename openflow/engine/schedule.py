@@ -22,6 +22,7 @@ from openflow.engine.conversation import (
     close_open,
     report_usage,
     send,
+    update_conversation,
 )
 from openflow.engine.events import Aborted, Finished, NodeFailed
 from openflow.engine.lifecycle import abort_child
@@ -280,9 +281,8 @@ def fail_run(step: Step) -> None:
             ids += abort_child(step, node_id_)
     for node_id_ in list(s.nodes):
         ns = step.node(node_id_)
-        ns.conversation.in_flight = None
+        update_conversation(step, Seat(node_id_), in_flight=None, backoff_until_ms=None)
         ns.pending_repair = None
-        ns.conversation.backoff_until_ms = None
     ids += [b.batch_id for b in s.batches.values() if b.in_flight]
     if ids:
         step.intents.append(CancelWork(ids=tuple(sorted(ids))))
@@ -300,16 +300,15 @@ def stop(step: Step) -> None:
     ids: list[str] = []
     for node_id in sorted(s.nodes):
         ns = step.node(node_id)
-        conv = ns.conversation
         if ns.child is not None:
             ids += abort_child(step, node_id)
             ns.phase = Interrupted()
-        if conv.in_flight is not None:
-            ids.append(conv.in_flight.call_id)
-            conv.in_flight = None
+        in_flight = ns.conversation.in_flight
+        if in_flight is not None:
+            ids.append(in_flight.call_id)
             ns.pending_repair = None
             ns.phase = Interrupted()
-        conv.backoff_until_ms = None
+        update_conversation(step, Seat(node_id), in_flight=None, backoff_until_ms=None)
         if ns.handoff_job is not None:
             ns.phase = Interrupted()
     for batch_id, batch in sorted(s.batches.items()):

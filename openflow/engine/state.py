@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Iterable, Sequence
-from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,14 @@ from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, Workflow
 from openflow.engine.transcript import Attachment, ToolCall, TranscriptItem, UserItem
 from openflow.engine.wire import OmitDefaults
+
+if TYPE_CHECKING:
+    #: A list no one changes in place: a change replaces it, so snapshots and steps share it.
+    #: mypy sees a read-only sequence; pydantic validates and dumps a plain list (a `Sequence`
+    #: field validates half as fast).
+    ReadOnlyList = Sequence
+else:
+    ReadOnlyList = list
 
 RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
 
@@ -127,15 +135,15 @@ class InFlightCall(_Frozen):
     kind: Literal["node", "repair", "review", "subagent"] = "node"
 
 
-class Conversation(_Model):
+class Conversation(_Frozen):
     """One model conversation, a node's or a subagent's: its transcript, where the run store
     holds each item, the call in flight, the retries and backoff, the protocol counters.
 
     The turn machine (`engine.conversation`) works on it the same way for both."""
 
-    transcript: list[TranscriptItem] = Field(default_factory=list)
+    transcript: ReadOnlyList[TranscriptItem] = Field(default_factory=list)
     #: Where the run store holds each transcript item (None: only here), by position.
-    origins: list[StoredItemRef | None] = Field(default_factory=list)
+    origins: ReadOnlyList[StoredItemRef | None] = Field(default_factory=list)
     #: How many older items continue-as-new dropped from `transcript` (positions stay absolute).
     transcript_offset: int = 0
     #: How many items the run store's transcript holds.

@@ -59,6 +59,7 @@ from openflow.engine.conversation import (
     hold_for_backoff,
     send,
     take_reply,
+    update_conversation,
     wrote_recently,
 )
 from openflow.engine.errors import EngineError
@@ -299,8 +300,7 @@ def on_child_reply(
 
 def on_child_tool_calls(step: Step, seat: Seat, outcome: ToolCalls, mode: str, keep: Any) -> None:
     """Queue the child's calls without approval; refuse what a subagent may not run."""
-    conv = conversation(step, seat)
-    conv.transient_streak = 0
+    update_conversation(step, seat, transient_streak=0)
     count(step, seat, "auto_continue", 0)
     if outcome.assistant_message.strip():
         keep(AssistantItem(content=outcome.assistant_message.strip()))
@@ -365,8 +365,7 @@ def child_refusal(
 
 def on_child_text(step: Step, seat: Seat, text: str, keep: Any) -> None:
     """A text-only or input-request turn: the autonomous nudge, failing at the cap."""
-    conv = conversation(step, seat)
-    conv.transient_streak = 0
+    update_conversation(step, seat, transient_streak=0)
     if text.strip():
         keep(AssistantItem(content=text.strip()))
     if count(step, seat, "auto_continue") >= SUBAGENT_TEXT_CAP:
@@ -376,7 +375,7 @@ def on_child_text(step: Step, seat: Seat, text: str, keep: Any) -> None:
     nudge = prompts.text_only_nudge(
         conversational=False,
         narrated_write=prompts.narrates_write(text),
-        wrote_before=wrote_recently(conv),
+        wrote_before=wrote_recently(conversation(step, seat)),
         plan_source=False,
         free_text_only=False,
     )

@@ -99,7 +99,7 @@ def put(step: Step, seat: Seat, conv: Conversation) -> None:
     if seat.subagent_id is None:
         ns.conversation = conv
     else:
-        _child(ns, seat).conversation = conv
+        ns.child = _child(ns, seat).model_copy(update={"conversation": conv})
 
 
 def update_conversation(step: Step, seat: Seat, **changes: Any) -> Conversation:

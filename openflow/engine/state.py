@@ -216,6 +216,8 @@ class SubagentRecord(_Frozen):
 class ChildRun(_HoldsConversation):
     """One invocation of a subagent: the child conversation its parent node waits on."""
 
+    model_config = _Frozen.model_config
+
     subagent_id: str
     call: ToolCall
     task: str = ""

@@ -97,9 +97,10 @@ def put(step: Step, seat: Seat, conv: Conversation) -> None:
     """Make `conv` the seat's conversation."""
     ns = step.node(seat.node_id)
     if seat.subagent_id is None:
-        ns.conversation = conv
+        step.update_node(seat.node_id, conversation=conv)
     else:
-        ns.child = _child(ns, seat).model_copy(update={"conversation": conv})
+        child = _child(ns, seat).model_copy(update={"conversation": conv})
+        step.update_node(seat.node_id, child=child)
 
 
 def update_conversation(step: Step, seat: Seat, **changes: Any) -> Conversation:

@@ -182,7 +182,7 @@ def _flat(data: Any) -> Any:
     return data
 
 
-class _HoldsConversation(_Model):
+class _HoldsConversation(_Frozen):
     """A model holding a conversation whose fields history keeps at its own level."""
 
     conversation: Conversation = Field(default_factory=Conversation)
@@ -215,8 +215,6 @@ class SubagentRecord(_Frozen):
 
 class ChildRun(_HoldsConversation):
     """One invocation of a subagent: the child conversation its parent node waits on."""
-
-    model_config = _Frozen.model_config
 
     subagent_id: str
     call: ToolCall
@@ -338,12 +336,12 @@ class NodeState(_HoldsConversation):
     phase: NodePhase = Field(default_factory=Ready)
     #: People's live messages for the node's next turn: a text, or the user item of one that
     #: carries attachments.
-    queued_messages: list[str | UserItem] = Field(default_factory=list)
+    queued_messages: ReadOnlyList[str | UserItem] = Field(default_factory=list)
     turn_seq: int = 0
     calls_done: int = 0
     errored_attempt: int = 0
-    changed_files: list[dict[str, Any]] = Field(default_factory=list)
-    reads: list[dict[str, Any]] = Field(default_factory=list)
+    changed_files: ReadOnlyList[dict[str, Any]] = Field(default_factory=list)
+    reads: ReadOnlyList[dict[str, Any]] = Field(default_factory=list)
     pending_repair: dict[str, Any] | None = None
     runtime_patch: dict[str, Any] = Field(default_factory=dict)
     repairs_done: int = 0
@@ -581,10 +579,11 @@ class RunSnapshot(_Model):
     def fork(self) -> RunSnapshot:
         """A copy the reducer may change; the workflow definition is shared (never changed).
 
-        Node states are shared too: the reducer copies a node (`working_copy`) before it
-        changes it, so a step costs what it touches, not the size of the workflow.
+        Node states are frozen: the copy's `nodes` is a new dict holding the same states, and
+        the reducer replaces the ones it changes, so a step costs what it touches, not the
+        size of the workflow.
         """
-        return working_copy(self, share=("workflow", "nodes", "agents", "packet"))
+        return working_copy(self, share=("workflow", "agents", "packet"))
 
     @property
     def planning(self) -> bool:

@@ -173,6 +173,7 @@ def on_completed(
     if step.is_plan_source(node_id) and not sealed(step, node_id):
         append(step, seat, UserItem(content=prompts.PLAN_GATE_NUDGE))
         return
+    ns = step.node(node_id)
     if ns.queued_messages and ns.late_messages:
         # People wrote while this turn was in flight: the node reads their messages (its next
         # call carries them) before it is done, so none is lost.
@@ -181,15 +182,14 @@ def on_completed(
     fmt = agent.handoff.format
     if fmt in ("json", "markdown"):
         job = {"output": outcome.output, "message": outcome.assistant_message}
-        ns.phase = StoringHandoff(job=job)
+        step.update_node(node_id, phase=StoringHandoff(job=job))
         step.intents.append(WriteHandoff(node_id=node_id, format=fmt, output=outcome.output))
     else:
         store_output(step, node_id, outcome.output, None)
 
 
 def store_output(step: Step, node_id: str, output: Any, handoff: dict[str, Any] | None) -> None:
-    ns = step.node(node_id)
-    ns.phase = Done(output=output, handoff=handoff)
+    step.update_node(node_id, phase=Done(output=output, handoff=handoff))
     if step.is_plan_source(node_id):
         step.s.packet = ChangeEvidencePacket.freeze(node_id, output)
     step.emit(
@@ -443,8 +443,7 @@ def on_input_request(
 
 
 def pause_for_input(step: Step, node_id: str, structured: dict[str, Any] | None) -> None:
-    ns = step.node(node_id)
-    ns.phase = AwaitingInput(structured_input=structured)
+    step.update_node(node_id, phase=AwaitingInput(structured_input=structured))
     context_parts = []
     for entry in node_input(step, node_id).get("upstream", []):
         pretty = json.dumps(entry["output"], indent=2, sort_keys=True)
@@ -546,7 +545,9 @@ def start_repair(step: Step, node_id: str, err: TurnError) -> bool:
         return False
     call_id = step.new_id(f"repair:{node_id}")
     attempt = ns.model_attempt
-    ns.pending_repair = {"error": err.model_dump(mode="json"), "model": request.model}
+    step.update_node(
+        node_id, pending_repair={"error": err.model_dump(mode="json"), "model": request.model}
+    )
     update_conversation(
         step,
         Seat(node_id),
@@ -568,8 +569,8 @@ def start_repair(step: Step, node_id: str, err: TurnError) -> bool:
 
 def take_repair(step: Step, node_id: str) -> TurnError | None:
     ns = step.node(node_id)
-    job, ns.pending_repair = ns.pending_repair, None
-    ns.repairs_done += 1
+    job = ns.pending_repair
+    step.update_node(node_id, pending_repair=None, repairs_done=ns.repairs_done + 1)
     if job is None:
         return None
     try:

@@ -422,9 +422,9 @@ def working_copy(model: _M, share: Collection[str] = ()) -> _M:
     """A copy of a mutable model the reducer may change without touching the original.
 
     Lists and dicts are copied one level; mutable models in fields and dict values are copied
-    the same way; frozen models (transcript items, records) and plain values are shared, and so
-    are the values of the fields named in `share` (copied on first use instead, like a run's
-    node states).
+    the same way; frozen models (node states, transcript items, records) and plain values are
+    shared, and so are the values of the fields named in `share` (never changed, like a run's
+    workflow).
     """
     plan = _plans.get(type(model))
     if plan is None:

@@ -106,7 +106,7 @@ def put(step: Step, seat: Seat, conv: Conversation) -> None:
 def update_conversation(step: Step, seat: Seat, **changes: Any) -> Conversation:
     """Replace fields of the seat's conversation (a shallow copy, not validated); the new one."""
     conv = conversation(step, seat)
-    if all(getattr(conv, name) == value for name, value in changes.items()):
+    if all(getattr(conv, name) is value for name, value in changes.items()):
         return conv
     conv = conv.model_copy(update=changes)
     put(step, seat, conv)

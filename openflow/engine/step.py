@@ -111,10 +111,7 @@ class Step:
 
     def update_node(self, node_id: str, **changes: Any) -> NodeState:
         """Replace fields of a node's state (a shallow copy, not validated); the new state."""
-        ns = self.s.nodes[node_id]
-        if all(getattr(ns, name) == value for name, value in changes.items()):
-            return ns
-        ns = ns.model_copy(update=changes)
+        ns = self.s.nodes[node_id].model_copy(update=changes)
         self.s.nodes[node_id] = ns
         return ns
 

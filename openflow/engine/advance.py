@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from openflow.engine.budget import run_budget
 from openflow.engine.build import snapshot_agents
+from openflow.engine.conversation import Seat, update_conversation
 from openflow.engine.events import ActionIgnored, ChatMessage, Error, RunResumed, RunStarted
 from openflow.engine.facts import (
     IGNORED_TEXT_CHARS,
@@ -303,20 +304,18 @@ def resume(snapshot: RunSnapshot, now_ms: int, continuation: Continuation | None
     for node_id in sorted(step.s.nodes):
         if step.s.nodes[node_id].child is not None and node_id in step.by_id:
             abort_child(step, node_id)
-            step.node(node_id).phase = Interrupted()
+            step.update_node(node_id, phase=Interrupted())
     for batch_id, batch in sorted(step.s.batches.items()):
         if batch.in_flight and batch.side_effects:
             on_tools_unknown(step, ToolsOutcomeUnknown(batch_id=batch_id))
         elif batch.in_flight:
             batch.in_flight = False
     for node_id in sorted(step.s.nodes):
+        if step.node(node_id).conversation.in_flight is not None:
+            step.update_node(node_id, phase=Interrupted())
+        step.update_node(node_id, pending_repair=None)
+        update_conversation(step, Seat(node_id), in_flight=None, backoff_until_ms=None)
         ns = step.node(node_id)
-        conv = ns.conversation
-        conv.backoff_until_ms = None
-        ns.pending_repair = None
-        if conv.in_flight is not None:
-            conv.in_flight = None
-            ns.phase = Interrupted()
         node = step.by_id.get(node_id)
         if ns.handoff_job is not None and node is not None:
             fmt = node.agent.handoff.format
@@ -325,7 +324,7 @@ def resume(snapshot: RunSnapshot, now_ms: int, continuation: Continuation | None
                     WriteHandoff(node_id=node_id, format=fmt, output=ns.handoff_job.get("output"))
                 )
             else:
-                ns.phase = Interrupted()
+                ns = step.update_node(node_id, phase=Interrupted())
         if ns.interrupted:
             given = continuation is not None and continuation.node_id == node_id
             retry(step, node_id, continuation.text if given and continuation else None)

@@ -35,8 +35,12 @@ from openflow.engine.protocol import (
 from openflow.engine.request import AgentRequest, ModelReply
 from openflow.engine.state import (
     CallModel,
+    ChildRun,
     Conversation,
+    CounterName,
+    Counters,
     InFlightCall,
+    NodeState,
     SleepUntil,
     StoredItemRef,
     TranscriptDelta,
@@ -75,14 +79,38 @@ class Seat:
 
 
 def conversation(step: Step, seat: Seat) -> Conversation:
-    """The seat's conversation, copied for this step."""
+    """The seat's conversation as the step holds it now."""
     ns = step.node(seat.node_id)
     if seat.subagent_id is None:
         return ns.conversation
+    return _child(ns, seat).conversation
+
+
+def _child(ns: NodeState, seat: Seat) -> ChildRun:
     child = ns.child
     if child is None or child.subagent_id != seat.subagent_id:
         raise EngineError(f"node {seat.node_id!r} runs no subagent {seat.subagent_id!r}")
-    return child.conversation
+    return child
+
+
+def put(step: Step, seat: Seat, conv: Conversation) -> None:
+    """Make `conv` the seat's conversation."""
+    ns = step.node(seat.node_id)
+    if seat.subagent_id is None:
+        step.update_node(seat.node_id, conversation=conv)
+    else:
+        child = _child(ns, seat).model_copy(update={"conversation": conv})
+        step.update_node(seat.node_id, child=child)
+
+
+def update_conversation(step: Step, seat: Seat, **changes: Any) -> Conversation:
+    """Replace fields of the seat's conversation (a shallow copy, not validated); the new one."""
+    conv = conversation(step, seat)
+    if all(getattr(conv, name) is value for name, value in changes.items()):
+        return conv
+    conv = conv.model_copy(update=changes)
+    put(step, seat, conv)
+    return conv
 
 
 def child_seat(step: Step, node_id: str) -> Seat | None:
@@ -104,8 +132,9 @@ def append(
     step: Step, seat: Seat, item: TranscriptItem, origin: StoredItemRef | None = None
 ) -> None:
     conv = conversation(step, seat)
-    conv.transcript.append(item)
-    conv.origins.append(origin)
+    update_conversation(
+        step, seat, transcript=[*conv.transcript, item], origins=[*conv.origins, origin]
+    )
 
 
 def add_result(
@@ -186,34 +215,49 @@ def wrote_recently(conv: Conversation) -> bool:
     )
 
 
-def reset_protocol(conv: Conversation, keep_auto_continue: bool = False) -> None:
+_FRESH = Counters()
+
+
+def reset_protocol(step: Step, seat: Seat, keep_auto_continue: bool = False) -> None:
     """Progress: the protocol counters, the transient streak and any backoff start over."""
+    conv = conversation(step, seat)
     streak = conv.counters.auto_continue
-    conv.counters = type(conv.counters)()
-    if keep_auto_continue:
-        conv.counters.auto_continue = streak
-    conv.transient_streak = 0
-    conv.backoff_until_ms = None
+    counters = Counters(auto_continue=streak) if keep_auto_continue and streak else _FRESH
+    if conv.counters != counters or conv.transient_streak or conv.backoff_until_ms is not None:
+        update_conversation(
+            step, seat, counters=counters, transient_streak=0, backoff_until_ms=None
+        )
+
+
+def count(step: Step, seat: Seat, counter: CounterName, value: int | None = None) -> int:
+    """Add one to a protocol counter of the seat's conversation (or set it to `value`)."""
+    counters = conversation(step, seat).counters
+    new = getattr(counters, counter) + 1 if value is None else value
+    update_conversation(step, seat, counters=counters.model_copy(update={counter: new}))
+    return new
 
 
 # --- calls ------------------------------------------------------------------------------
 
 
-def delta(conv: Conversation) -> TranscriptDelta:
+def delta(step: Step, seat: Seat) -> TranscriptDelta:
     """What the next call must append: stored references, or the items themselves once a
     call found its references missing from the run store (`inline_next`, then cleared)."""
+    conv = conversation(step, seat)
     start = max(conv.persisted_len - conv.transcript_offset, 0)
     inline = conv.inline_next
-    conv.inline_next = False
+    persisted = conv.persisted_len
     if not inline:
         # What the last model turn wrote to the transcript itself is there already.
-        held = in_place(conv.origins[start:], conv.persisted_len)
-        conv.persisted_len += held
+        held = in_place(conv.origins[start:], persisted)
+        persisted += held
         start += held
+    if inline or persisted != conv.persisted_len:
+        update_conversation(step, seat, inline_next=False, persisted_len=persisted)
     items: list[Any] = []
     for item, origin in zip(conv.transcript[start:], conv.origins[start:], strict=True):
         items.append(origin if origin is not None and not inline else item)
-    return TranscriptDelta(base_len=conv.persisted_len, items=pack_refs(items))
+    return TranscriptDelta(base_len=persisted, items=pack_refs(items))
 
 
 def announce_attempt(step: Step, seat: Seat, shown: str) -> None:
@@ -221,7 +265,7 @@ def announce_attempt(step: Step, seat: Seat, shown: str) -> None:
     conv = conversation(step, seat)
     attempt = conv.model_attempt
     if conv.announced_attempt < attempt:
-        conv.announced_attempt = attempt
+        update_conversation(step, seat, announced_attempt=attempt)
         step.emit(NodeQueued(node_id=seat.key, label=shown, model_attempt=attempt))
         step.emit(NodeStarted(node_id=seat.key, label=shown, model_attempt=attempt))
 
@@ -233,14 +277,16 @@ def send(
     conv = conversation(step, seat)
     attempt = conv.model_attempt
     call_id = step.new_id(f"model:{seat.key}")
-    conv.in_flight = InFlightCall(call_id=call_id, model_attempt=attempt, kind=purpose)
+    update_conversation(
+        step, seat, in_flight=InFlightCall(call_id=call_id, model_attempt=attempt, kind=purpose)
+    )
     step.intents.append(
         CallModel(
             call_id=call_id,
             node_id=seat.node_id,
             model_attempt=attempt,
             request=request,
-            delta=delta(conv),
+            delta=delta(step, seat),
             purpose=purpose,
         )
     )
@@ -258,10 +304,9 @@ def take_call(step: Step, call_id: str) -> tuple[Seat, InFlightCall] | None:
             seat = Seat(node_id)
         else:
             continue
-        conv = conversation(step, seat)
-        call = conv.in_flight
+        call = conversation(step, seat).in_flight
         assert call is not None
-        conv.in_flight = None
+        update_conversation(step, seat, in_flight=None)
         return seat, call
     return None
 
@@ -341,12 +386,17 @@ def hold_for_backoff(step: Step, seat: Seat, err: TurnError, display: str) -> bo
     policy = step.wf.settings.retry_policy
     if conv.transient_streak >= policy.max_attempts:
         return False
-    conv.transient_streak += 1
-    conv.retries = min(conv.retries + 1, MAX_MODEL_ATTEMPT)
-    delay = backoff_delay_ms(policy.backoff_ms, conv.transient_streak) + jitter_ms(seat.key)
+    streak = conv.transient_streak + 1
+    delay = backoff_delay_ms(policy.backoff_ms, streak) + jitter_ms(seat.key)
     if err.retry_after_ms is not None:
         delay = max(delay, err.retry_after_ms)
-    conv.backoff_until_ms = step.now + delay
+    conv = update_conversation(
+        step,
+        seat,
+        transient_streak=streak,
+        retries=min(conv.retries + 1, MAX_MODEL_ATTEMPT),
+        backoff_until_ms=step.now + delay,
+    )
     step.emit(
         NodeRetrying(
             node_id=seat.key,
@@ -356,7 +406,7 @@ def hold_for_backoff(step: Step, seat: Seat, err: TurnError, display: str) -> bo
             error=display,
         )
     )
-    step.intents.append(SleepUntil(node_id=seat.timer_key, wake_at_ms=conv.backoff_until_ms))
+    step.intents.append(SleepUntil(node_id=seat.timer_key, wake_at_ms=step.now + delay))
     return True
 
 
@@ -369,8 +419,12 @@ def retry_lost(step: Step, seat: Seat, display: str) -> bool:
     conv = conversation(step, seat)
     if conv.transient_streak >= step.wf.settings.retry_policy.max_attempts:
         return False
-    conv.transient_streak += 1
-    conv.retries = min(conv.retries + 1, MAX_MODEL_ATTEMPT)
+    conv = update_conversation(
+        step,
+        seat,
+        transient_streak=conv.transient_streak + 1,
+        retries=min(conv.retries + 1, MAX_MODEL_ATTEMPT),
+    )
     step.emit(
         NodeRetrying(
             node_id=seat.key,
@@ -392,6 +446,9 @@ __all__ = [
     "child_seat",
     "close_open",
     "conversation",
+    "count",
+    "put",
+    "update_conversation",
     "count_usage",
     "delta",
     "hold_for_backoff",

@@ -31,6 +31,7 @@ from openflow.engine.conversation import (
     reset_protocol,
     retry_lost,
     take_call,
+    update_conversation,
 )
 from openflow.engine.events import (
     ActionIgnored,
@@ -158,10 +159,10 @@ def on_timer(step: Step, key: str) -> None:
     for node_id, seen in sorted(step.s.nodes.items()):
         child = seen.child
         if child is not None and child.timer_key == key and node_id in step.by_id:
-            conversation(step, Seat(node_id, child.subagent_id)).backoff_until_ms = None
+            update_conversation(step, Seat(node_id, child.subagent_id), backoff_until_ms=None)
             return
     if key in step.s.nodes:
-        step.node(key).conversation.backoff_until_ms = None
+        update_conversation(step, Seat(key), backoff_until_ms=None)
 
 
 # --- model calls ------------------------------------------------------------------------
@@ -189,13 +190,12 @@ def on_model_replied(step: Step, fact: ModelReplied) -> None:
 
 def settle(step: Step, seat: Seat, persisted_len: int | None) -> None:
     """A call came back: what the store holds now, and one more call done."""
-    conv = conversation(step, seat)
     if persisted_len is not None:
-        conv.persisted_len = persisted_len
+        update_conversation(step, seat, persisted_len=persisted_len)
     if seat.subagent_id is not None:
         count_call(step, seat)
     else:
-        step.node(seat.node_id).calls_done += 1
+        step.update_node(seat.node_id, calls_done=step.node(seat.node_id).calls_done + 1)
 
 
 def on_model_failed(step: Step, fact: ModelFailed) -> None:
@@ -213,17 +213,16 @@ def on_model_failed(step: Step, fact: ModelFailed) -> None:
     if call.kind == "repair":
         on_repair_failure(step, node_id, fact.failure)
         return
-    conv = conversation(step, seat)
     if fact.refs_missing:
         # The run store lost what the references point at (its blobs are not synced to
         # disk): the next call sends the items themselves. Not the model's failure.
         if fact.persisted_len is not None:
-            conv.persisted_len = fact.persisted_len
-        conv.inline_next = True
+            update_conversation(step, seat, persisted_len=fact.persisted_len)
+        update_conversation(step, seat, inline_next=True)
         return
     if fact.lost:
         if fact.persisted_len is not None:
-            conv.persisted_len = fact.persisted_len
+            update_conversation(step, seat, persisted_len=fact.persisted_len)
         display = error_text(classify_failure(fact.failure))
         if not retry_lost(step, seat, display):
             if seat.subagent_id is not None:
@@ -241,11 +240,10 @@ def on_model_failed(step: Step, fact: ModelFailed) -> None:
 def on_handoff(step: Step, fact: HandoffStored) -> None:
     if fact.node_id not in step.s.nodes or fact.node_id not in step.by_id:
         return
-    ns = step.node(fact.node_id)
-    job = ns.handoff_job
+    job = step.node(fact.node_id).handoff_job
     if job is None:
         return
-    ns.phase = Ready()
+    step.update_node(fact.node_id, phase=Ready())
     if fact.error is not None or fact.manifest is None:
         fail_node(step, fact.node_id, f"permanent: node handoff could not be stored: {fact.error}")
         return
@@ -270,7 +268,6 @@ def on_tools_finished(step: Step, fact: ToolsFinished) -> None:
     if seat is None:
         return
     node_id = batch.node_id
-    ns = step.node(node_id)
     fact = named_results(fact, batch.calls)
     for event in fact.events:
         step.emit_reported(seat.key, event)
@@ -297,8 +294,13 @@ def on_tools_finished(step: Step, fact: ToolsFinished) -> None:
             record_seal(step, node_id, call, result.artifact_ids)
         if call.name == "read":
             count_read(step, node_id, str(call.arguments.get("path", "")))
-    ns.changed_files.extend(dict(r) for r in fact.changed_files)
-    ns.reads.extend(dict(r) for r in fact.reads)
+    if fact.changed_files or fact.reads:
+        ns = step.node(node_id)
+        step.update_node(
+            node_id,
+            changed_files=[*ns.changed_files, *(dict(r) for r in fact.changed_files)],
+            reads=[*ns.reads, *(dict(r) for r in fact.reads)],
+        )
     if fact.interrupted:
         interrupt(step, node_id)
     else:
@@ -419,8 +421,11 @@ def on_action(step: Step, fact: Action) -> None:
             queued: str | UserItem = fact.text
             if fact.attachments:
                 queued = UserItem(content=fact.text, attachments=fact.attachments)
-            ns.queued_messages.append(queued)
-            ns.late_messages = ns.late_messages or fact.deliver_late
+            step.update_node(
+                fact.node_id,
+                queued_messages=[*ns.queued_messages, queued],
+                late_messages=ns.late_messages or fact.deliver_late,
+            )
             step.emit(
                 ChatMessage(
                     node_id=fact.node_id,
@@ -436,8 +441,7 @@ def on_action(step: Step, fact: Action) -> None:
 def give_input(
     step: Step, node_id: str, text: str, attachments: tuple[Attachment, ...] = ()
 ) -> None:
-    ns = step.node(node_id)
-    ns.phase = Ready()
+    step.update_node(node_id, phase=Ready())
     append(step, Seat(node_id), UserItem(content=text, attachments=attachments))
     step.emit(ChatMessage(node_id=node_id, role="user", content=text, attachments=attachments))
 
@@ -445,13 +449,14 @@ def give_input(
 def retry(
     step: Step, node_id: str, message: str | None, attachments: tuple[Attachment, ...] = ()
 ) -> None:
-    ns = step.node(node_id)
-    conv = ns.conversation
-    ns.phase = Ready()
-    ns.pending_repair = None
-    reset_protocol(conv)
-    conv.retries = min(conv.retries + 1, MAX_MODEL_ATTEMPT)
-    conv.announced_attempt = min(conv.announced_attempt, conv.model_attempt - 1)
+    step.update_node(node_id, phase=Ready(), pending_repair=None)
+    seat = Seat(node_id)
+    reset_protocol(step, seat)
+    conv = conversation(step, seat)
+    conv = update_conversation(step, seat, retries=min(conv.retries + 1, MAX_MODEL_ATTEMPT))
+    update_conversation(
+        step, seat, announced_attempt=min(conv.announced_attempt, conv.model_attempt - 1)
+    )
     if message or attachments:
         text = message or ""
         append(step, Seat(node_id), UserItem(content=text, attachments=attachments))
@@ -548,8 +553,8 @@ def on_batch_reverted(step: Step, fact: BatchReverted) -> None:
     if node_id is None:
         return
     if fact.error is None:
-        ns = step.node(node_id)
-        ns.changed_files = [r for r in ns.changed_files if r.get("batch_id") != fact.batch_id]
+        kept = [r for r in step.node(node_id).changed_files if r.get("batch_id") != fact.batch_id]
+        step.update_node(node_id, changed_files=kept)
     step.emit(
         EditBatchReverted(
             node_id=node_id,

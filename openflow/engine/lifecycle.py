@@ -11,7 +11,7 @@ is cancelled and every call it made without a result gets the interrupted result
 from __future__ import annotations
 
 from openflow.engine import prompts
-from openflow.engine.conversation import Seat, add_result, close_open
+from openflow.engine.conversation import Seat, add_result, close_open, update_conversation
 from openflow.engine.events import NodeErrored, NodeInterrupted, SubagentFailed
 from openflow.engine.state import CancelWork, Failed, Interrupted, NodeState, RunSnapshot
 from openflow.engine.step import Step
@@ -21,9 +21,9 @@ def fail_node(step: Step, node_id: str, error: str, budget: bool = False) -> Non
     """The node failed (or its budget held it); the run waits for a retry (`NodeErrored` once)."""
     ns = step.node(node_id)
     newly = ns.failed is None
-    ns.phase = Failed(error=error, budget=budget)
+    ns = step.update_node(node_id, phase=Failed(error=error, budget=budget))
     if newly:
-        ns.errored_attempt = ns.model_attempt
+        ns = step.update_node(node_id, errored_attempt=ns.model_attempt)
         step.emit(
             NodeErrored(
                 node_id=node_id,
@@ -39,10 +39,8 @@ def interrupt(step: Step, node_id: str) -> None:
     ids = abort_child(step, node_id)
     if ids:
         step.intents.append(CancelWork(ids=tuple(sorted(ids))))
-    ns = step.node(node_id)
-    ns.phase = Interrupted()
-    ns.conversation.backoff_until_ms = None
-    ns.pending_repair = None
+    step.update_node(node_id, phase=Interrupted(), pending_repair=None)
+    update_conversation(step, Seat(node_id), backoff_until_ms=None)
     for batch in step.node_batches(node_id):
         step.s.batches.pop(batch.batch_id)
     close_open(step, Seat(node_id), prompts.INTERRUPTED_RESULT)
@@ -94,10 +92,10 @@ def interrupt_node(step: Step, node_id: str) -> None:
     in_flight = ns.conversation.in_flight
     if in_flight is not None:
         ids.append(in_flight.call_id)
-        ns.conversation.in_flight = None
+        update_conversation(step, Seat(node_id), in_flight=None)
         if in_flight.kind != "repair":
             # Counted as a call made, as when a call comes back interrupted.
-            ns.calls_done += 1
+            step.update_node(node_id, calls_done=step.node(node_id).calls_done + 1)
     step.intents.append(CancelWork(ids=tuple(sorted(ids)), timers=tuple(sorted(timers))))
     interrupt(step, node_id)
 
@@ -115,7 +113,7 @@ def abort_child(step: Step, node_id: str) -> list[str]:
             if batch.in_flight:
                 ids.append(batch.batch_id)
             step.s.batches.pop(batch.batch_id)
-    ns.child = None
+    step.update_node(node_id, child=None)
     step.set_status(child.subagent_id, child.prior_status)
     step.emit(
         SubagentFailed(

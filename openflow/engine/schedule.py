@@ -22,6 +22,7 @@ from openflow.engine.conversation import (
     close_open,
     report_usage,
     send,
+    update_conversation,
 )
 from openflow.engine.events import Aborted, Finished, NodeFailed
 from openflow.engine.lifecycle import abort_child
@@ -82,16 +83,18 @@ def dispatch_model(step: Step, node_id: str) -> None:
     seat = Seat(node_id)
     if hold(step, seat):
         return
-    ns = step.node(node_id)
-    for queued in ns.queued_messages:
-        append(step, seat, queued if isinstance(queued, UserItem) else UserItem(content=queued))
-    ns.queued_messages = []
+    queued_messages = step.node(node_id).queued_messages
+    if queued_messages:
+        for queued in queued_messages:
+            item = queued if isinstance(queued, UserItem) else UserItem(content=queued)
+            append(step, seat, item)
+        step.update_node(node_id, queued_messages=[])
     request = build_request(step, node_id)
     if request is None:
         return
     announce_attempt(step, seat, step.label(node_id))
     announce_subagents(step, node_id)
-    ns.turn_seq += 1
+    step.update_node(node_id, turn_seq=step.node(node_id).turn_seq + 1)
     send(step, seat, request, "node")
 
 
@@ -279,10 +282,9 @@ def fail_run(step: Step) -> None:
         if s.nodes[node_id_].child is not None:
             ids += abort_child(step, node_id_)
     for node_id_ in list(s.nodes):
-        ns = step.node(node_id_)
-        ns.conversation.in_flight = None
-        ns.pending_repair = None
-        ns.conversation.backoff_until_ms = None
+        if step.node(node_id_).pending_repair is not None:
+            step.update_node(node_id_, pending_repair=None)
+        update_conversation(step, Seat(node_id_), in_flight=None, backoff_until_ms=None)
     ids += [b.batch_id for b in s.batches.values() if b.in_flight]
     if ids:
         step.intents.append(CancelWork(ids=tuple(sorted(ids))))
@@ -299,24 +301,21 @@ def stop(step: Step) -> None:
     s = step.s
     ids: list[str] = []
     for node_id in sorted(s.nodes):
-        ns = step.node(node_id)
-        conv = ns.conversation
-        if ns.child is not None:
+        if step.node(node_id).child is not None:
             ids += abort_child(step, node_id)
-            ns.phase = Interrupted()
-        if conv.in_flight is not None:
-            ids.append(conv.in_flight.call_id)
-            conv.in_flight = None
-            ns.pending_repair = None
-            ns.phase = Interrupted()
-        conv.backoff_until_ms = None
-        if ns.handoff_job is not None:
-            ns.phase = Interrupted()
+            step.update_node(node_id, phase=Interrupted())
+        in_flight = step.node(node_id).conversation.in_flight
+        if in_flight is not None:
+            ids.append(in_flight.call_id)
+            step.update_node(node_id, pending_repair=None, phase=Interrupted())
+        update_conversation(step, Seat(node_id), in_flight=None, backoff_until_ms=None)
+        if step.node(node_id).handoff_job is not None:
+            step.update_node(node_id, phase=Interrupted())
     for batch_id, batch in sorted(s.batches.items()):
         if batch.in_flight:
             ids.append(batch_id)
             s.batches.pop(batch_id)
-            step.node(batch.node_id).phase = Interrupted()
+            step.update_node(batch.node_id, phase=Interrupted())
             close_open(step, Seat(batch.node_id), prompts.INTERRUPTED_RESULT)
     if ids:
         step.intents.append(CancelWork(ids=tuple(sorted(ids))))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Iterable, Sequence
-from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,14 @@ from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, Workflow
 from openflow.engine.transcript import Attachment, ToolCall, TranscriptItem, UserItem
 from openflow.engine.wire import OmitDefaults
+
+if TYPE_CHECKING:
+    #: A list no one changes in place: a change replaces it, so snapshots and steps share it.
+    #: mypy sees a read-only sequence; pydantic validates and dumps a plain list (a `Sequence`
+    #: field validates half as fast).
+    ReadOnlyList = Sequence
+else:
+    ReadOnlyList = list
 
 RunStatus = Literal["running", "paused", "stopped", "completed", "failed"]
 
@@ -107,7 +115,10 @@ class TranscriptDelta(OmitDefaults, _Frozen):
 # --- per node state ---------------------------------------------------------------------
 
 
-class Counters(_Model):
+CounterName = Literal["submit", "request_input", "empty", "mixed", "truncation", "auto_continue"]
+
+
+class Counters(_Frozen):
     """Protocol retry counters of one conversation (spec 3.5, 3.6); all reset on progress."""
 
     submit: int = 0
@@ -118,21 +129,21 @@ class Counters(_Model):
     auto_continue: int = 0
 
 
-class InFlightCall(_Model):
+class InFlightCall(_Frozen):
     call_id: str
     model_attempt: int
     kind: Literal["node", "repair", "review", "subagent"] = "node"
 
 
-class Conversation(_Model):
+class Conversation(_Frozen):
     """One model conversation, a node's or a subagent's: its transcript, where the run store
     holds each item, the call in flight, the retries and backoff, the protocol counters.
 
     The turn machine (`engine.conversation`) works on it the same way for both."""
 
-    transcript: list[TranscriptItem] = Field(default_factory=list)
+    transcript: ReadOnlyList[TranscriptItem] = Field(default_factory=list)
     #: Where the run store holds each transcript item (None: only here), by position.
-    origins: list[StoredItemRef | None] = Field(default_factory=list)
+    origins: ReadOnlyList[StoredItemRef | None] = Field(default_factory=list)
     #: How many older items continue-as-new dropped from `transcript` (positions stay absolute).
     transcript_offset: int = 0
     #: How many items the run store's transcript holds.
@@ -171,7 +182,7 @@ def _flat(data: Any) -> Any:
     return data
 
 
-class _HoldsConversation(_Model):
+class _HoldsConversation(_Frozen):
     """A model holding a conversation whose fields history keeps at its own level."""
 
     conversation: Conversation = Field(default_factory=Conversation)
@@ -325,12 +336,12 @@ class NodeState(_HoldsConversation):
     phase: NodePhase = Field(default_factory=Ready)
     #: People's live messages for the node's next turn: a text, or the user item of one that
     #: carries attachments.
-    queued_messages: list[str | UserItem] = Field(default_factory=list)
+    queued_messages: ReadOnlyList[str | UserItem] = Field(default_factory=list)
     turn_seq: int = 0
     calls_done: int = 0
     errored_attempt: int = 0
-    changed_files: list[dict[str, Any]] = Field(default_factory=list)
-    reads: list[dict[str, Any]] = Field(default_factory=list)
+    changed_files: ReadOnlyList[dict[str, Any]] = Field(default_factory=list)
+    reads: ReadOnlyList[dict[str, Any]] = Field(default_factory=list)
     pending_repair: dict[str, Any] | None = None
     runtime_patch: dict[str, Any] = Field(default_factory=dict)
     repairs_done: int = 0
@@ -411,9 +422,9 @@ def working_copy(model: _M, share: Collection[str] = ()) -> _M:
     """A copy of a mutable model the reducer may change without touching the original.
 
     Lists and dicts are copied one level; mutable models in fields and dict values are copied
-    the same way; frozen models (transcript items, records) and plain values are shared, and so
-    are the values of the fields named in `share` (copied on first use instead, like a run's
-    node states).
+    the same way; frozen models (node states, transcript items, records) and plain values are
+    shared, and so are the values of the fields named in `share` (never changed, like a run's
+    workflow).
     """
     plan = _plans.get(type(model))
     if plan is None:
@@ -568,10 +579,11 @@ class RunSnapshot(_Model):
     def fork(self) -> RunSnapshot:
         """A copy the reducer may change; the workflow definition is shared (never changed).
 
-        Node states are shared too: the reducer copies a node (`working_copy`) before it
-        changes it, so a step costs what it touches, not the size of the workflow.
+        Node states are frozen: the copy's `nodes` is a new dict holding the same states, and
+        the reducer replaces the ones it changes, so a step costs what it touches, not the
+        size of the workflow.
         """
-        return working_copy(self, share=("workflow", "nodes", "agents", "packet"))
+        return working_copy(self, share=("workflow", "agents", "packet"))
 
     @property
     def planning(self) -> bool:
@@ -976,6 +988,7 @@ __all__ = [
     "NodePhase",
     "Ready",
     "StoringHandoff",
+    "CounterName",
     "Counters",
     "DeltaItem",
     "Fact",

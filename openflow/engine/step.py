@@ -1,9 +1,9 @@
 """One reducer step: the working copy of a run while facts are folded in.
 
 `Step` holds the copied snapshot, the events and intents the step produces, and the run's
-bookkeeping every other module of the reducer uses: numbering, labels, copy-on-first-use node
-states, the graph around a node, and the settings that decide what a node may do. The turn
-machine (`conversation`, `turn`, `subagents`), request building (`requests`), scheduling
+bookkeeping every other module of the reducer uses: numbering, labels, the node states (frozen:
+a change replaces a node's state in the step's `nodes`), the graph around a node, and the
+settings that decide what a node may do. The turn machine (`conversation`, `turn`, `subagents`), request building (`requests`), scheduling
 (`schedule`) and the fact dispatch (`facts`) are plain functions over a `Step`.
 """
 
@@ -25,7 +25,6 @@ from openflow.engine.state import (
     PendingBatch,
     RunSnapshot,
     SubagentRecord,
-    working_copy,
 )
 
 
@@ -42,7 +41,6 @@ class Step:
         self._parents: Mapping[str, Sequence[str]] | None = None
         self._ancestors: dict[str, list[str]] = {}
         self._depths: dict[str, int] | None = None
-        self._forked: set[str] = set()
 
     # --- the graph (the workflow never changes in a run) --------------------------------
 
@@ -108,11 +106,14 @@ class Step:
         return node.label if node is not None else node_id
 
     def node(self, node_id: str) -> NodeState:
-        """The node's state, copied on first use in this step (nodes not touched are shared)."""
-        if node_id not in self._forked:
-            self.s.nodes[node_id] = working_copy(self.s.nodes[node_id])
-            self._forked.add(node_id)
+        """The node's state as the step holds it now (frozen: `update_node` changes it)."""
         return self.s.nodes[node_id]
+
+    def update_node(self, node_id: str, **changes: Any) -> NodeState:
+        """Replace fields of a node's state (a shallow copy, not validated); the new state."""
+        ns = self.s.nodes[node_id].model_copy(update=changes)
+        self.s.nodes[node_id] = ns
+        return ns
 
     def node_batches(self, node_id: str) -> list[PendingBatch]:
         return [b for b in self.s.batches.values() if b.node_id == node_id]

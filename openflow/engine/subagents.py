@@ -55,9 +55,11 @@ from openflow.engine.conversation import (
     announce_attempt,
     append,
     conversation,
+    count,
     hold_for_backoff,
     send,
     take_reply,
+    update_conversation,
     wrote_recently,
 )
 from openflow.engine.errors import EngineError
@@ -99,10 +101,9 @@ CALLABLE: frozenset[SubagentStatus] = frozenset({"declared", "completed"})
 
 def announce_subagents(step: Step, node_id: str) -> None:
     """Announce the node's saved agents once, on its first model call."""
-    ns = step.node(node_id)
-    if ns.subagents_announced:
+    if step.node(node_id).subagents_announced:
         return
-    ns.subagents_announced = True
+    step.update_node(node_id, subagents_announced=True)
     records = [step.s.subagents.get(a.id) for a in saved_agents_of(step, node_id)]
     summaries = [summary(r) for r in records if r is not None]
     if summaries:
@@ -216,13 +217,14 @@ def call_subagent(step: Step, node_id: str, call: ToolCall) -> bool:
         first = prompts.saved_subagent_first_message(record.name, task)
     else:
         first = prompts.adhoc_subagent_first_message(record.name, record.purpose, task)
-    step.node(node_id).child = ChildRun(
+    child = ChildRun(
         subagent_id=subagent_id,
         call=call,
         task=task,
         prior_status=record.status,
         conversation=Conversation(transcript=[UserItem(content=first)], origins=[None]),
     )
+    step.update_node(node_id, child=child)
     step.set_status(subagent_id, "active")
     step.emit(SubagentStarted(node_id=node_id, subagent_id=subagent_id))
     return True
@@ -232,7 +234,7 @@ def call_subagent(step: Step, node_id: str, call: ToolCall) -> bool:
 
 
 def running_child(step: Step, node_id: str) -> ChildRun:
-    """The node's running child, copied for this step (callers know there is one)."""
+    """The node's running child (callers know there is one)."""
     child = step.node(node_id).child
     if child is None:
         raise EngineError(f"node {node_id!r} has no running subagent to update")
@@ -298,9 +300,8 @@ def on_child_reply(
 
 def on_child_tool_calls(step: Step, seat: Seat, outcome: ToolCalls, mode: str, keep: Any) -> None:
     """Queue the child's calls without approval; refuse what a subagent may not run."""
-    conv = conversation(step, seat)
-    conv.transient_streak = 0
-    conv.counters.auto_continue = 0
+    update_conversation(step, seat, transient_streak=0)
+    count(step, seat, "auto_continue", 0)
     if outcome.assistant_message.strip():
         keep(AssistantItem(content=outcome.assistant_message.strip()))
     offered = set(child_tools(step, mode)) if step.s.tool_names is not None else None
@@ -364,19 +365,17 @@ def child_refusal(
 
 def on_child_text(step: Step, seat: Seat, text: str, keep: Any) -> None:
     """A text-only or input-request turn: the autonomous nudge, failing at the cap."""
-    conv = conversation(step, seat)
-    conv.transient_streak = 0
+    update_conversation(step, seat, transient_streak=0)
     if text.strip():
         keep(AssistantItem(content=text.strip()))
-    conv.counters.auto_continue += 1
-    if conv.counters.auto_continue >= SUBAGENT_TEXT_CAP:
+    if count(step, seat, "auto_continue") >= SUBAGENT_TEXT_CAP:
         failure = prompts.SUBAGENT_NARRATION_FAILURE.format(cap=SUBAGENT_TEXT_CAP)
         fail_child(step, seat.node_id, failure)
         return
     nudge = prompts.text_only_nudge(
         conversational=False,
         narrated_write=prompts.narrates_write(text),
-        wrote_before=wrote_recently(conv),
+        wrote_before=wrote_recently(conversation(step, seat)),
         plan_source=False,
         free_text_only=False,
     )
@@ -401,10 +400,9 @@ def on_child_error(step: Step, seat: Seat, err: TurnError) -> None:
 
 def finish_child(step: Step, node_id: str, output: Any) -> None:
     """The child submitted: its output becomes the result of the parent's call."""
-    ns = step.node(node_id)
     child = running_child(step, node_id)
     name = step.subagent_name(child.subagent_id)
-    ns.child = None
+    step.update_node(node_id, child=None)
     step.set_status(child.subagent_id, "completed")
     step.emit(NodeCompleted(node_id=child.subagent_id, label=name, output=output, handoff=None))
     step.emit(SubagentCompleted(node_id=node_id, subagent_id=child.subagent_id))
@@ -414,13 +412,12 @@ def finish_child(step: Step, node_id: str, output: Any) -> None:
 
 def fail_child(step: Step, node_id: str, error: str) -> None:
     """The child failed for good: the parent's call gets the error and the parent goes on."""
-    ns = step.node(node_id)
     child = running_child(step, node_id)
     name = step.subagent_name(child.subagent_id)
     for batch in step.node_batches(node_id):
         if batch.subagent_id == child.subagent_id:
             step.s.batches.pop(batch.batch_id)
-    ns.child = None
+    step.update_node(node_id, child=None)
     step.set_status(child.subagent_id, "failed")
     step.emit(SubagentFailed(node_id=node_id, subagent_id=child.subagent_id, error=error))
     content = prompts.subagent_failed(name, error)

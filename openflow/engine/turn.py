@@ -30,11 +30,14 @@ from openflow.engine.conversation import (
     Seat,
     add_result,
     append,
+    conversation,
+    count,
     hold_for_backoff,
     keep_all,
     report_usage,
     reset_protocol,
     take_reply,
+    update_conversation,
     wrote_recently,
 )
 from openflow.engine.events import (
@@ -109,7 +112,6 @@ def on_reply(
     """Apply a node's classified reply (spec 3.4); `stored` says where the run store holds
     each of `reply_items(reply)`, so the items the node keeps are sent by reference."""
     seat = Seat(node_id)
-    ns = step.node(node_id)
     agent = step.by_id[node_id].agent
     result = classify_reply(reply, submission_schema(agent), markdown_headings(step, node_id))
     keep = take_reply(step, seat, reply, stored)
@@ -128,7 +130,7 @@ def on_reply(
             on_input_request(step, node_id, outcome, reasoning, keep)
     elif isinstance(outcome, Message):
         if agent.conversation_mode:
-            reset_protocol(ns.conversation)
+            reset_protocol(step, seat)
             keep_all(keep, reasoning)
             keep(AssistantItem(content=outcome.assistant_message))
             pause_for_input(step, node_id, None)
@@ -164,13 +166,14 @@ def on_completed(
     ns = step.node(node_id)
     agent = step.by_id[node_id].agent
     seat = Seat(node_id)
-    reset_protocol(ns.conversation)
+    reset_protocol(step, seat)
     keep_all(keep, reasoning)
     if outcome.assistant_message.strip():
         append(step, seat, AssistantItem(content=outcome.assistant_message.strip()))
     if step.is_plan_source(node_id) and not sealed(step, node_id):
         append(step, seat, UserItem(content=prompts.PLAN_GATE_NUDGE))
         return
+    ns = step.node(node_id)
     if ns.queued_messages and ns.late_messages:
         # People wrote while this turn was in flight: the node reads their messages (its next
         # call carries them) before it is done, so none is lost.
@@ -179,15 +182,14 @@ def on_completed(
     fmt = agent.handoff.format
     if fmt in ("json", "markdown"):
         job = {"output": outcome.output, "message": outcome.assistant_message}
-        ns.phase = StoringHandoff(job=job)
+        step.update_node(node_id, phase=StoringHandoff(job=job))
         step.intents.append(WriteHandoff(node_id=node_id, format=fmt, output=outcome.output))
     else:
         store_output(step, node_id, outcome.output, None)
 
 
 def store_output(step: Step, node_id: str, output: Any, handoff: dict[str, Any] | None) -> None:
-    ns = step.node(node_id)
-    ns.phase = Done(output=output, handoff=handoff)
+    step.update_node(node_id, phase=Done(output=output, handoff=handoff))
     if step.is_plan_source(node_id):
         step.s.packet = ChangeEvidencePacket.freeze(node_id, output)
     step.emit(
@@ -259,9 +261,8 @@ def call_decision(step: Step, node_id: str, call: ToolCall, offered: set[str] | 
 def on_tool_calls(
     step: Step, node_id: str, outcome: ToolCalls, reasoning: list[TranscriptItem], keep: Keep
 ) -> None:
-    ns = step.node(node_id)
     seat = Seat(node_id)
-    reset_protocol(ns.conversation)
+    reset_protocol(step, seat)
     keep_all(keep, reasoning)
     if outcome.assistant_message.strip():
         keep(AssistantItem(content=outcome.assistant_message.strip()))
@@ -349,12 +350,16 @@ def announce_approval(step: Step, batch_id: str) -> None:
 
 def record_seal(step: Step, node_id: str, call: ToolCall, artifact_ids: tuple[str, ...]) -> None:
     """Point a successful seal call at its artifact instead of the plan text (spec 11)."""
-    conv = step.node(node_id).conversation
-    for i, item in enumerate(conv.transcript):
+    seat = Seat(node_id)
+    conv = conversation(step, seat)
+    transcript, origins = list(conv.transcript), list(conv.origins)
+    for i, item in enumerate(transcript):
         if isinstance(item, ToolCallItem) and item.call.id == call.id:
             args = {"artifact_id": artifact_ids[0], **SEALED_FROM}
-            conv.transcript[i] = ToolCallItem(call=item.call.model_copy(update={"arguments": args}))
-            conv.origins[i] = None
+            transcript[i] = ToolCallItem(call=item.call.model_copy(update={"arguments": args}))
+            origins[i] = None
+    if transcript != conv.transcript:
+        update_conversation(step, seat, transcript=transcript, origins=origins)
 
 
 # --- text-only turns and questions ------------------------------------------------------
@@ -363,14 +368,13 @@ def record_seal(step: Step, node_id: str, call: ToolCall, artifact_ids: tuple[st
 def text_only(
     step: Step, node_id: str, text: str, reasoning: list[TranscriptItem], keep: Keep
 ) -> None:
-    conv = step.node(node_id).conversation
     seat = Seat(node_id)
-    reset_protocol(conv, keep_auto_continue=True)
+    reset_protocol(step, seat, keep_auto_continue=True)
     keep_all(keep, reasoning)
     if text.strip():
         keep(AssistantItem(content=text.strip()))
     conversational = step.conversational(node_id)
-    if conv.counters.auto_continue >= AUTO_CONTINUE_CAP:
+    if conversation(step, seat).counters.auto_continue >= AUTO_CONTINUE_CAP:
         if conversational:
             append(step, seat, AssistantItem(content=prompts.NARRATION_HANDOFF))
             step.emit(
@@ -385,12 +389,12 @@ def text_only(
                 "while user input is disabled",
             )
         return
-    conv.counters.auto_continue += 1
+    count(step, seat, "auto_continue")
     tools_cfg = step.by_id[node_id].agent.tools
     nudge = prompts.text_only_nudge(
         conversational=conversational,
         narrated_write=prompts.narrates_write(text),
-        wrote_before=wrote_recently(conv),
+        wrote_before=wrote_recently(conversation(step, seat)),
         plan_source=step.is_plan_source(node_id),
         free_text_only=not tools_cfg.allow_structured_user_input,
     )
@@ -426,11 +430,11 @@ def on_input_request(
                 f"({problem})",
             )
             return
-        conv.counters.request_input += 1
+        count(step, Seat(node_id), "request_input")
         nudge = prompts.invalid_input_request_nudge(problem, structured_disabled)
         append(step, Seat(node_id), UserItem(content=nudge))
         return
-    reset_protocol(conv)
+    reset_protocol(step, Seat(node_id))
     keep_all(keep, reasoning)
     keep(AssistantItem(content=outcome.assistant_message.strip()))
     if outcome.assistant_message.strip():
@@ -439,8 +443,7 @@ def on_input_request(
 
 
 def pause_for_input(step: Step, node_id: str, structured: dict[str, Any] | None) -> None:
-    ns = step.node(node_id)
-    ns.phase = AwaitingInput(structured_input=structured)
+    step.update_node(node_id, phase=AwaitingInput(structured_input=structured))
     context_parts = []
     for entry in node_input(step, node_id).get("upstream", []):
         pretty = json.dumps(entry["output"], indent=2, sort_keys=True)
@@ -480,12 +483,12 @@ def on_error(step: Step, node_id: str, err: TurnError, allow_repair: bool = True
         interrupt(step, node_id)
         return
     if err.error == "malformed" and counters.submit < PROTOCOL_CAP:
-        counters.submit += 1
+        count(step, seat, "submit")
         nudge = prompts.malformed_nudge(err.message, submission_schema(agent))
         append(step, seat, UserItem(content=nudge))
         return
     if err.error == "mixed" and counters.mixed < PROTOCOL_CAP:
-        counters.mixed += 1
+        count(step, seat, "mixed")
         enabled = [HARNESS_SUBMIT]
         if step.conversational(node_id):
             if agent.tools.allow_free_text_user_input:
@@ -495,7 +498,7 @@ def on_error(step: Step, node_id: str, err: TurnError, allow_repair: bool = True
         append(step, seat, UserItem(content=prompts.mixed_nudge(enabled)))
         return
     if err.error == "truncated" and counters.truncation < PROTOCOL_CAP:
-        counters.truncation += 1
+        count(step, seat, "truncation")
         append(step, seat, UserItem(content=prompts.truncation_nudge(err.tool_names)))
         return
     if err.error == "empty" and on_empty(step, node_id):
@@ -511,10 +514,10 @@ def on_empty(step: Step, node_id: str) -> bool:
     seat = Seat(node_id)
     conversational = step.conversational(node_id)
     if conv.counters.empty < PROTOCOL_CAP:
-        conv.counters.empty += 1
+        count(step, seat, "empty")
         narrated = any(
             isinstance(i, AssistantItem) and prompts.narrates_write(i.content)
-            for i in conv.transcript[-3:]
+            for i in conversation(step, seat).transcript[-3:]
         )
         nudge = prompts.empty_nudge(conversational, narrated, step.is_plan_source(node_id))
         append(step, seat, UserItem(content=nudge))
@@ -542,8 +545,14 @@ def start_repair(step: Step, node_id: str, err: TurnError) -> bool:
         return False
     call_id = step.new_id(f"repair:{node_id}")
     attempt = ns.model_attempt
-    ns.pending_repair = {"error": err.model_dump(mode="json"), "model": request.model}
-    ns.conversation.in_flight = InFlightCall(call_id=call_id, model_attempt=attempt, kind="repair")
+    step.update_node(
+        node_id, pending_repair={"error": err.model_dump(mode="json"), "model": request.model}
+    )
+    update_conversation(
+        step,
+        Seat(node_id),
+        in_flight=InFlightCall(call_id=call_id, model_attempt=attempt, kind="repair"),
+    )
     step.emit(OutputRepairStarted(node_id=node_id, model=request.model))
     step.intents.append(
         CallModel(
@@ -560,8 +569,8 @@ def start_repair(step: Step, node_id: str, err: TurnError) -> bool:
 
 def take_repair(step: Step, node_id: str) -> TurnError | None:
     ns = step.node(node_id)
-    job, ns.pending_repair = ns.pending_repair, None
-    ns.repairs_done += 1
+    job = ns.pending_repair
+    step.update_node(node_id, pending_repair=None, repairs_done=ns.repairs_done + 1)
     if job is None:
         return None
     try:

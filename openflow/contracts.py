@@ -15,11 +15,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
 from openflow.engine.events import EditBatch
+from openflow.engine.headers import HeaderRefs
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, CostUsd, TokenCount, Workflow
 from openflow.engine.state import (
@@ -114,6 +117,8 @@ class RunInput(_Model):
     events: list[dict[str, Any]] = Field(default_factory=list)
     pending_intents: list[Intent] = Field(default_factory=list)
     headers_sent: list[str] = Field(default_factory=list)
+    #: The digests of the header parts the run's start stored (`PrepareResult.header_parts`).
+    header_parts: list[str] = Field(default_factory=list)
     execution_dir: str | None = None
     state: dict[str, Any] | None = None
     first_seq: int = 1
@@ -160,6 +165,13 @@ class PrepareResult(_Model):
     agents: list[CallableAgent] = Field(default_factory=list)
     #: The webhooks of settings.json when the run started (no URLs, no secrets).
     webhooks: list[WebhookRef] = Field(default_factory=list)
+    #: The digests of the request header parts stored under `HEADER_PARTS_KEY`
+    #: (`openflow.engine.headers`): calls send these by reference.
+    header_parts: list[str] = Field(default_factory=list)
+
+
+#: Where a run's start stores its request header parts, by digest.
+HEADER_PARTS_KEY = "headers/parts.json"
 
 
 class ModelTurnInput(OmitDefaults, _Model):
@@ -173,6 +185,8 @@ class ModelTurnInput(OmitDefaults, _Model):
     turn_index: int
     header_digest: str
     header: AgentRequest | None = None
+    #: The parts `header` leaves out, by reference to the run's stored parts.
+    header_refs: HeaderRefs | None = None
     delta: TranscriptDelta
     provider_id: str
     profile: dict[str, Any] = Field(default_factory=dict)
@@ -182,6 +196,19 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: the activity completes from the store). Calls recorded without it are the review when
     #: their node is the review's (`openflow.activities.model_turn.turn_purpose`).
     purpose: Literal["node", "review"] = "node"
+
+    @field_serializer("header", mode="wrap")
+    def _header(self, value: AgentRequest | None, handler: SerializerFunctionWrapHandler) -> Any:
+        """The header without its fields at their defaults (they read back as them)."""
+        data = handler(value)
+        if value is None or not isinstance(data, dict):
+            return data
+        for name, field in AgentRequest.model_fields.items():
+            if field.is_required() or name not in data:
+                continue
+            if getattr(value, name) == field.get_default(call_default_factory=True):
+                del data[name]
+        return data
 
 
 class ToolBatchInput(OmitDefaults, _Model):
@@ -516,6 +543,7 @@ class WebhookResult(_Model):
 
 
 __all__ = [
+    "HEADER_PARTS_KEY",
     "ACTIVITY_LIST_WEBHOOKS",
     "ACTIVITY_WEBHOOK",
     "ListWebhooksInput",

@@ -152,9 +152,12 @@ class PrepareResult(_Model):
     `agents` are the saved agents (agents.json) its nodes may call, snapshotted for the run.
 
     The profiles themselves (without keys) are kept in the run store, not in history.
+
+    `workflow` is left out (None) when it is the run's own with only `active_provider` filled
+    in as its provider (`settled_workflow`): history need not carry the workflow twice more.
     """
 
-    workflow: Workflow
+    workflow: Workflow | None = None
     profiles: dict[str, dict[str, Any]]
     active_provider: str
     tool_names: list[str]
@@ -170,8 +173,17 @@ class PrepareResult(_Model):
     header_parts: list[str] = Field(default_factory=list)
 
 
+def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
+    """The run's workflow as its start settles it when nothing but its provider is filled in
+    (what a `PrepareResult` without a workflow means)."""
+    if workflow.settings.provider_id == provider_id:
+        return workflow
+    settings = workflow.settings.model_copy(update={"provider_id": provider_id})
+    return workflow.model_copy(update={"settings": settings})
+
+
 #: Where a run's start stores its request header parts, by digest.
-HEADER_PARTS_KEY = "headers/parts.json"
+HEADER_PARTS_KEY = "header-parts.json"
 
 
 class ModelTurnInput(OmitDefaults, _Model):
@@ -544,6 +556,7 @@ class WebhookResult(_Model):
 
 __all__ = [
     "HEADER_PARTS_KEY",
+    "settled_workflow",
     "ACTIVITY_LIST_WEBHOOKS",
     "ACTIVITY_WEBHOOK",
     "ListWebhooksInput",

@@ -106,10 +106,12 @@ class PrepareRunActivity:
         parts = await asyncio.to_thread(
             self._store_parts, inp, wf, execution_dir, tool_names, agents, read_tools
         )
+        active = wf.settings.provider_id or ""
         return c.PrepareResult(
-            workflow=wf,
+            # The workflow goes back only when the start changed more than its provider.
+            workflow=None if c.settled_workflow(inp.workflow, active) == wf else wf,
             profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
-            active_provider=wf.settings.provider_id or "",
+            active_provider=active,
             tool_names=tool_names,
             execution_dir=execution_dir,
             warnings=warnings,

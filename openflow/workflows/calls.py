@@ -82,6 +82,16 @@ def finished(
 
 
 async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
+    """The run's start, its workflow always filled in (a result leaves it out when it is the
+    run's own with its provider settled)."""
+    result = await _prepare_run(inp)
+    if result.workflow is None:
+        settled = c.settled_workflow(inp.workflow, result.active_provider)
+        result = result.model_copy(update={"workflow": settled})
+    return result
+
+
+async def _prepare_run(inp: c.RunInput) -> c.PrepareResult:
     return await workflow.execute_activity_method(
         PrepareRunActivity.prepare_run,
         c.PrepareInput(

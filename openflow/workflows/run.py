@@ -190,6 +190,7 @@ class OpenFlowRun:
             self._webhooks = prepared.webhooks
             self._execution_dir = prepared.execution_dir
             self._header_parts = set(prepared.header_parts)
+            assert prepared.workflow is not None  # calls.prepare_run fills it in
             plan = engine.start(
                 prepared.workflow,
                 inp.run_id,

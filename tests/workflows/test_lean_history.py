@@ -54,6 +54,9 @@ async def test_a_nodes_first_call_carries_no_system_prompt_or_tools(harness: Har
     assert whole["tool_names"] and whole["output_schema"]["properties"] == {
         "summary": {"type": "string"}
     }
+    # The start's result does not carry the workflow again: only its provider was settled.
+    prepared = breakdown(history).of("prepare_run result")
+    assert prepared and all(value.get("workflow") is None for _, _, value in prepared)
     # The nodes' calls together stay far below one copy of the prompt.
     assert sum(size for size, v in turns if v.get("purpose") != "review") < 4000
     await harness.replay(run_id)

@@ -43,6 +43,18 @@ def request_parts(request: AgentRequest) -> list[Any]:
     return parts
 
 
+#: The prompts of each node the post-run review's evidence repeats (`review.run_evidence`).
+EVIDENCE_PROMPTS = ("systemPrompt", "taskPrompt")
+
+
+def _evidence_nodes(header: AgentRequest) -> list[dict[str, Any]] | None:
+    evidence = (header.input or {}).get("runEvidence")
+    nodes = evidence.get("nodes") if isinstance(evidence, dict) else None
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        return None
+    return nodes
+
+
 def expected_parts(snapshot: RunSnapshot) -> dict[str, Any]:
     """The parts a new run's calls are expected to carry, by digest: each node's as its first
     call will have them, and the post-run review's."""
@@ -59,6 +71,12 @@ def expected_parts(snapshot: RunSnapshot) -> dict[str, Any]:
     for request in requests:
         for part in request_parts(request):
             found.setdefault(part_digest(part), part)
+    if reviewer is not None:
+        # The review's evidence repeats every node's prompts.
+        for node in snapshot.workflow.nodes:
+            for prompt in (node.agent.system_prompt, node.agent.task_prompt):
+                if prompt:
+                    found.setdefault(part_digest(prompt), prompt)
     return dict(sorted(found.items()))
 
 
@@ -73,6 +91,9 @@ class HeaderRefs(OmitDefaults, BaseModel):
     harness_tools: tuple[str, ...] = ()
     output_schema: str = ""
     tool_names: str = ""
+    #: For the post-run review: each evidence node's `EVIDENCE_PROMPTS`, digests in order
+    #: ("" for one left in the evidence).
+    evidence_prompts: tuple[tuple[str, ...], ...] = ()
 
 
 def by_reference(
@@ -90,7 +111,18 @@ def by_reference(
     schema = schema if schema in stored else ""
     names = part_digest(list(header.tool_names)) if header.tool_names else ""
     names = names if names in stored else ""
-    if not any(system) and not any(tools) and not schema and not names:
+    evidence: list[tuple[str, ...]] = []
+    nodes = _evidence_nodes(header)
+    for node in nodes or []:
+        digests = []
+        for key in EVIDENCE_PROMPTS:
+            value = node.get(key)
+            digest = part_digest(value) if isinstance(value, str) and value else ""
+            digests.append(digest if digest in stored else "")
+        evidence.append(tuple(digests))
+    if not any(any(d) for d in evidence):
+        evidence = []
+    if not any(system) and not any(tools) and not schema and not names and not evidence:
         return header, None
     update: dict[str, Any] = {
         "system_messages": tuple(
@@ -104,11 +136,20 @@ def by_reference(
         update["output_schema"] = {}
     if names:
         update["tool_names"] = ()
+    if evidence and nodes is not None and header.input is not None:
+        slim_nodes = [
+            {k: v for k, v in node.items() if k not in keys}
+            for node, digests in zip(nodes, evidence, strict=True)
+            for keys in [{k for k, d in zip(EVIDENCE_PROMPTS, digests, strict=True) if d}]
+        ]
+        run_evidence = {**header.input["runEvidence"], "nodes": slim_nodes}
+        update["input"] = {**header.input, "runEvidence": run_evidence}
     refs = HeaderRefs(
         system_messages=tuple(system) if any(system) else (),
         harness_tools=tuple(tools) if any(tools) else (),
         output_schema=schema,
         tool_names=names,
+        evidence_prompts=tuple(evidence),
     )
     return header.model_copy(update=update), refs
 
@@ -128,10 +169,32 @@ def restore(header: AgentRequest, refs: HeaderRefs, parts: Mapping[str, Any]) ->
         update["output_schema"] = dict(parts[refs.output_schema])
     if refs.tool_names:
         update["tool_names"] = tuple(parts[refs.tool_names])
+    nodes = _evidence_nodes(header) if refs.evidence_prompts else None
+    if nodes is not None and header.input is not None:
+        whole = []
+        for node, digests in zip(nodes, refs.evidence_prompts, strict=True):
+            node = dict(node)
+            for key, digest in zip(EVIDENCE_PROMPTS, digests, strict=True):
+                if digest:
+                    node[key] = str(parts[digest])
+            whole.append(_in_order(node))
+        run_evidence = {**header.input["runEvidence"], "nodes": whole}
+        update["input"] = {**header.input, "runEvidence": run_evidence}
     return header.model_copy(update=update)
 
 
+#: An evidence node's keys in the order `review.run_evidence` writes them.
+_EVIDENCE_ORDER = ("id", "label", "model", *EVIDENCE_PROMPTS)
+
+
+def _in_order(node: dict[str, Any]) -> dict[str, Any]:
+    """The node's keys back in their order (what the reviewer reads is rendered from it)."""
+    first = {k: node[k] for k in _EVIDENCE_ORDER if k in node}
+    return {**first, **{k: v for k, v in node.items() if k not in first}}
+
+
 __all__ = [
+    "EVIDENCE_PROMPTS",
     "HeaderRefs",
     "by_reference",
     "expected_parts",

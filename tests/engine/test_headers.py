@@ -14,6 +14,7 @@ from openflow.engine.headers import (
     restore,
 )
 from openflow.engine.request import AgentRequest, ToolSpec
+from openflow.engine.review import review_request
 from openflow.engine.spec import Workflow
 from openflow.engine.step import Step
 from openflow.testing import agent_node
@@ -74,3 +75,26 @@ def test_the_start_foretells_every_part_of_a_nodes_first_call() -> None:
         slim, refs = by_reference(request, set(parts))
         assert refs is not None and not slim.system_messages and not slim.harness_tools
         assert restore(slim, refs, parts) == request
+
+
+def test_the_reviews_evidence_names_the_nodes_prompts() -> None:
+    prompt = "Check everything twice. " * 100
+    wf = Workflow.model_validate(
+        {
+            "id": "wf",
+            "name": "wf",
+            "nodes": [agent_node("a", system_prompt=prompt), agent_node("b")],
+            "edges": [],
+        }
+    )
+    plan = start(wf, "run-1", 0, tool_names=["read"])
+    parts = expected_parts(plan.snapshot)
+    request = review_request(plan.snapshot, "b")
+    slim, refs = by_reference(request, set(parts))
+    assert refs is not None and refs.evidence_prompts
+    assert prompt not in slim.model_dump_json() and "Do a." not in slim.model_dump_json()
+    whole = restore(slim, refs, parts)
+    assert whole == request
+    assert list(whole.input["runEvidence"]["nodes"][0]) == list(
+        request.input["runEvidence"]["nodes"][0]
+    )

@@ -57,8 +57,15 @@ async def test_a_nodes_first_call_carries_no_system_prompt_or_tools(harness: Har
     # The start's result does not carry the workflow again: only its provider was settled.
     prepared = breakdown(history).of("prepare_run result")
     assert prepared and all(value.get("workflow") is None for _, _, value in prepared)
-    # The nodes' calls together stay far below one copy of the prompt.
+    # The calls together, the review's among them, stay far below one copy of the prompt.
     assert sum(size for size, v in turns if v.get("purpose") != "review") < 4000
+    assert breakdown(history).payloads["model_turn input"] < 6000
+    # The reviewer still read every node's prompts in the evidence.
+    review = next(v for _, v in turns if v.get("purpose") == "review")
+    assert LONG_PROMPT not in json.dumps(review)
+    stored = harness.home / "runs" / run_id / "headers" / f"{review['header_digest']}.json"
+    evidence = json.loads(stored.read_text())["input"]["runEvidence"]
+    assert [n["systemPrompt"] for n in evidence["nodes"]] == ["You are a test node.", LONG_PROMPT]
     await harness.replay(run_id)
 
 

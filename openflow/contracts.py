@@ -101,7 +101,7 @@ class WebhookRef(_Model):
     events: list[WebhookEvent] = Field(default_factory=list)
 
 
-class RunInput(_Model):
+class RunInput(OmitDefaults, _Model):
     """How a run starts (or continues as new, or resumes from a checkpoint)."""
 
     run_id: str
@@ -139,14 +139,14 @@ class RunResult(_Model):
     error: str | None = None
 
 
-class PrepareInput(_Model):
+class PrepareInput(OmitDefaults, _Model):
     run_id: str
     workflow: Workflow
     project_dir: str | None = None
     provider_id: str | None = None
 
 
-class PrepareResult(_Model):
+class PrepareResult(OmitDefaults, _Model):
     """The workflow as the run will see it, its providers' kinds, the tools it offers.
 
     `agents` are the saved agents (agents.json) its nodes may call, snapshotted for the run.

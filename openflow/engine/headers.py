@@ -24,11 +24,23 @@ from openflow.engine.state import RunSnapshot
 from openflow.engine.step import Step
 from openflow.engine.wire import OmitDefaults
 
+#: A part smaller than this (its JSON, in bytes) costs less inline than its reference.
+MIN_PART_BYTES = 64
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
 
 def part_digest(value: Any) -> str:
     """The name of a part: a digest of its canonical JSON."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()[:16]
+
+
+def _keep(found: dict[str, Any], value: Any) -> None:
+    text = _canonical(value)
+    if len(text.encode()) >= MIN_PART_BYTES:
+        found.setdefault(hashlib.sha256(text.encode()).hexdigest()[:16], value)
 
 
 def request_parts(request: AgentRequest) -> list[Any]:
@@ -70,13 +82,13 @@ def expected_parts(snapshot: RunSnapshot) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for request in requests:
         for part in request_parts(request):
-            found.setdefault(part_digest(part), part)
+            _keep(found, part)
     if reviewer is not None:
         # The review's evidence repeats every node's prompts.
         for node in snapshot.workflow.nodes:
             for prompt in (node.agent.system_prompt, node.agent.task_prompt):
                 if prompt:
-                    found.setdefault(part_digest(prompt), prompt)
+                    _keep(found, prompt)
     return dict(sorted(found.items()))
 
 
@@ -195,6 +207,7 @@ def _in_order(node: dict[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "EVIDENCE_PROMPTS",
+    "MIN_PART_BYTES",
     "HeaderRefs",
     "by_reference",
     "expected_parts",

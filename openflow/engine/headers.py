@@ -25,7 +25,7 @@ from openflow.engine.step import Step
 from openflow.engine.wire import OmitDefaults
 
 #: A part smaller than this (its JSON, in bytes) costs less inline than its reference.
-MIN_PART_BYTES = 64
+MIN_PART_BYTES = 32
 
 
 def _canonical(value: Any) -> str:

@@ -197,7 +197,10 @@ class ModelTurnInput(OmitDefaults, _Model):
     turn_index: int
     header_digest: str
     header: AgentRequest | None = None
-    #: The parts `header` leaves out, by reference to the run's stored parts.
+    #: The header without the parts the run's start stored (`header` is then None, so a
+    #: worker that knows nothing of parts finds no header, reports it missing and gets it
+    #: whole), and the references to them.
+    header_rest: AgentRequest | None = None
     header_refs: HeaderRefs | None = None
     delta: TranscriptDelta
     provider_id: str
@@ -209,7 +212,7 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: their node is the review's (`openflow.activities.model_turn.turn_purpose`).
     purpose: Literal["node", "review"] = "node"
 
-    @field_serializer("header", mode="wrap")
+    @field_serializer("header", "header_rest", mode="wrap")
     def _header(self, value: AgentRequest | None, handler: SerializerFunctionWrapHandler) -> Any:
         """The header without its fields at their defaults (they read back as them)."""
         data = handler(value)

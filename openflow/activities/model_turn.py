@@ -30,7 +30,7 @@ from openflow.activities.tools_runner import BatchDeps, tool_specs
 from openflow.activities.transcripts import Transcripts
 from openflow.attachments import resolve_turn
 from openflow.engine.advance import reply_items
-from openflow.engine.headers import restore
+from openflow.engine.headers import HeaderRefs, restore
 from openflow.engine.policy import EAGER_TOOLS
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.review import REVIEW_NODE, render_evidence
@@ -197,10 +197,11 @@ class ModelTurnActivity:
         the request, the transcript, the tools offered and the transcript's length."""
         store = self.files.store
         header_key = f"headers/{inp.header_digest}.json"
-        if inp.header is not None:
-            header = inp.header
-            if inp.header_refs is not None:
-                header = self.restored(inp.run_id, header, inp)
+        whole = inp.header
+        if whole is None and inp.header_rest is not None and inp.header_refs is not None:
+            whole = self.restored(inp.run_id, inp.header_rest, inp.header_refs)
+        if whole is not None:
+            header = whole
             # A remote store is not asked first: writing the cache in the background is
             # cheaper than a round trip on the turn's path.
             if self.files.remote() or not store.exists(inp.run_id, header_key):
@@ -227,10 +228,9 @@ class ModelTurnActivity:
         request, transcript = resolve_turn(store, inp.run_id, request, transcript)
         return request, transcript, tools, persisted
 
-    def restored(self, run_id: str, header: AgentRequest, inp: c.ModelTurnInput) -> AgentRequest:
+    def restored(self, run_id: str, header: AgentRequest, refs: HeaderRefs) -> AgentRequest:
         """The header with the parts it refers to, from those the run's start stored (read
         once a run on this worker: a part is named by its digest)."""
-        assert inp.header_refs is not None
         parts = self._parts.get(run_id)
         if parts is None:
             try:
@@ -241,7 +241,7 @@ class ModelTurnActivity:
                 raise KeyNotFound(f"{c.HEADER_PARTS_KEY} is not a map of parts")
             self._parts.put(run_id, parts)
         try:
-            return restore(header, inp.header_refs, parts)
+            return restore(header, refs, parts)
         except (KeyError, TypeError, ValueError) as exc:
             raise KeyNotFound(f"{c.HEADER_PARTS_KEY} lacks a part this call names") from exc
 

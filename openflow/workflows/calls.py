@@ -139,9 +139,12 @@ async def model_turn(
     header = request.model_copy(update={"turn_index": 0})
     digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:16]
     sent: AgentRequest | None = None
+    rest: AgentRequest | None = None
     refs = None
     if digest not in headers_sent:
         sent, refs = by_reference(header, parts or ())
+        if refs is not None:
+            sent, rest = None, sent
     eager = (
         eager_tools(snapshot, intent.node_id, request.tool_names)
         if intent.purpose == "node"
@@ -154,6 +157,7 @@ async def model_turn(
         turn_index=request.turn_index,
         header_digest=digest,
         header=sent,
+        header_rest=rest,
         header_refs=refs,
         delta=intent.delta,
         provider_id=request.provider_id or provider_id,

@@ -262,7 +262,7 @@ def test_a_header_by_reference_is_put_back_from_the_stored_parts(acts: Activitie
     slim, refs = by_reference(whole, set(parts))
     assert refs is not None and slim.system_messages == ("short",)
     turn = _turn(TranscriptDelta(base_len=0)).model_copy(
-        update={"header": slim, "header_refs": refs}
+        update={"header": None, "header_rest": slim, "header_refs": refs}
     )
     with pytest.raises(KeyNotFound):  # the start's parts are not in the store
         acts.model_turn.prepare(turn)
@@ -273,4 +273,4 @@ def test_a_header_by_reference_is_put_back_from_the_stored_parts(acts: Activitie
     other = by_reference(whole, {part_digest("short"), *parts})[1]
     assert other is not None
     with pytest.raises(KeyNotFound):
-        acts.model_turn.prepare(turn.model_copy(update={"header": slim, "header_refs": other}))
+        acts.model_turn.prepare(turn.model_copy(update={"header_refs": other}))

@@ -42,11 +42,13 @@ async def test_a_nodes_first_call_carries_no_system_prompt_or_tools(harness: Har
     # The second node's first call names its prompt, tools and schema instead of carrying them.
     assert size < 2000 < len(LONG_PROMPT)
     assert LONG_PROMPT.strip() not in json.dumps(check)
-    header = check["header"]
+    # The header travels without them, where a worker that knows nothing of parts finds none.
+    assert "header" not in check
+    header = check["header_rest"]
     assert not header.get("system_messages") and not header.get("harness_tools")
     assert check["header_refs"]["system_messages"] and check["header_refs"]["harness_tools"]
     for _, value in turns:
-        inline = (value.get("header") or {}).get("system_messages") or []
+        inline = (value.get("header_rest") or {}).get("system_messages") or []
         assert all(len(m) < MIN_PART_BYTES for m in inline), value["call_id"]
     # The model was sent the whole header: the one the turn stored has the prompt and tools.
     stored = harness.home / "runs" / run_id / "headers" / f"{check['header_digest']}.json"

@@ -15,11 +15,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
 from openflow.engine.events import EditBatch
+from openflow.engine.headers import HeaderRefs
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, CostUsd, TokenCount, Workflow
 from openflow.engine.state import (
@@ -98,7 +101,7 @@ class WebhookRef(_Model):
     events: list[WebhookEvent] = Field(default_factory=list)
 
 
-class RunInput(_Model):
+class RunInput(OmitDefaults, _Model):
     """How a run starts (or continues as new, or resumes from a checkpoint)."""
 
     run_id: str
@@ -114,6 +117,8 @@ class RunInput(_Model):
     events: list[dict[str, Any]] = Field(default_factory=list)
     pending_intents: list[Intent] = Field(default_factory=list)
     headers_sent: list[str] = Field(default_factory=list)
+    #: The digests of the header parts the run's start stored (`PrepareResult.header_parts`).
+    header_parts: list[str] = Field(default_factory=list)
     execution_dir: str | None = None
     state: dict[str, Any] | None = None
     first_seq: int = 1
@@ -134,22 +139,25 @@ class RunResult(_Model):
     error: str | None = None
 
 
-class PrepareInput(_Model):
+class PrepareInput(OmitDefaults, _Model):
     run_id: str
     workflow: Workflow
     project_dir: str | None = None
     provider_id: str | None = None
 
 
-class PrepareResult(_Model):
+class PrepareResult(OmitDefaults, _Model):
     """The workflow as the run will see it, its providers' kinds, the tools it offers.
 
     `agents` are the saved agents (agents.json) its nodes may call, snapshotted for the run.
 
     The profiles themselves (without keys) are kept in the run store, not in history.
+
+    `workflow` is left out (None) when it is the run's own with only `active_provider` filled
+    in as its provider (`settled_workflow`): history need not carry the workflow twice more.
     """
 
-    workflow: Workflow
+    workflow: Workflow | None = None
     profiles: dict[str, dict[str, Any]]
     active_provider: str
     tool_names: list[str]
@@ -160,6 +168,22 @@ class PrepareResult(_Model):
     agents: list[CallableAgent] = Field(default_factory=list)
     #: The webhooks of settings.json when the run started (no URLs, no secrets).
     webhooks: list[WebhookRef] = Field(default_factory=list)
+    #: The digests of the request header parts stored under `HEADER_PARTS_KEY`
+    #: (`openflow.engine.headers`): calls send these by reference.
+    header_parts: list[str] = Field(default_factory=list)
+
+
+def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
+    """The run's workflow as its start settles it when nothing but its provider is filled in
+    (what a `PrepareResult` without a workflow means)."""
+    if workflow.settings.provider_id == provider_id:
+        return workflow
+    settings = workflow.settings.model_copy(update={"provider_id": provider_id})
+    return workflow.model_copy(update={"settings": settings})
+
+
+#: Where a run's start stores its request header parts, by digest.
+HEADER_PARTS_KEY = "header-parts.json"
 
 
 class ModelTurnInput(OmitDefaults, _Model):
@@ -173,6 +197,11 @@ class ModelTurnInput(OmitDefaults, _Model):
     turn_index: int
     header_digest: str
     header: AgentRequest | None = None
+    #: The header without the parts the run's start stored (`header` is then None, so a
+    #: worker that knows nothing of parts finds no header, reports it missing and gets it
+    #: whole), and the references to them.
+    header_rest: AgentRequest | None = None
+    header_refs: HeaderRefs | None = None
     delta: TranscriptDelta
     provider_id: str
     profile: dict[str, Any] = Field(default_factory=dict)
@@ -182,6 +211,19 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: the activity completes from the store). Calls recorded without it are the review when
     #: their node is the review's (`openflow.activities.model_turn.turn_purpose`).
     purpose: Literal["node", "review"] = "node"
+
+    @field_serializer("header", "header_rest", mode="wrap")
+    def _header(self, value: AgentRequest | None, handler: SerializerFunctionWrapHandler) -> Any:
+        """The header without its fields at their defaults (they read back as them)."""
+        data = handler(value)
+        if value is None or not isinstance(data, dict):
+            return data
+        for name, field in AgentRequest.model_fields.items():
+            if field.is_required() or name not in data:
+                continue
+            if getattr(value, name) == field.get_default(call_default_factory=True):
+                del data[name]
+        return data
 
 
 class ToolBatchInput(OmitDefaults, _Model):
@@ -516,6 +558,8 @@ class WebhookResult(_Model):
 
 
 __all__ = [
+    "HEADER_PARTS_KEY",
+    "settled_workflow",
     "ACTIVITY_LIST_WEBHOOKS",
     "ACTIVITY_WEBHOOK",
     "ListWebhooksInput",

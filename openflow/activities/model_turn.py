@@ -30,6 +30,7 @@ from openflow.activities.tools_runner import BatchDeps, tool_specs
 from openflow.activities.transcripts import Transcripts
 from openflow.attachments import resolve_turn
 from openflow.engine.advance import reply_items
+from openflow.engine.headers import HeaderRefs, restore
 from openflow.engine.policy import EAGER_TOOLS
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.review import REVIEW_NODE, render_evidence
@@ -113,6 +114,7 @@ class ModelTurnActivity:
         self.transcripts = transcripts if transcripts is not None else Transcripts(files)
         self._headers: Lru[tuple[str, str], AgentRequest] = Lru(256)
         self._catalogs: Lru[str, dict[str, ToolSpec]] = Lru(256)
+        self._parts: Lru[str, dict[str, object]] = Lru(256)
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
@@ -195,12 +197,15 @@ class ModelTurnActivity:
         the request, the transcript, the tools offered and the transcript's length."""
         store = self.files.store
         header_key = f"headers/{inp.header_digest}.json"
-        if inp.header is not None:
+        whole = inp.header
+        if whole is None and inp.header_rest is not None and inp.header_refs is not None:
+            whole = self.restored(inp.run_id, inp.header_rest, inp.header_refs)
+        if whole is not None:
+            header = whole
             # A remote store is not asked first: writing the cache in the background is
             # cheaper than a round trip on the turn's path.
             if self.files.remote() or not store.exists(inp.run_id, header_key):
-                self.files.cache_blob(inp.run_id, header_key, inp.header.model_dump_json().encode())
-            header = inp.header
+                self.files.cache_blob(inp.run_id, header_key, header.model_dump_json().encode())
         else:
             # A header is named by its digest, so what was read once is good for every turn.
             cached = self._headers.get((inp.run_id, header_key))
@@ -222,6 +227,23 @@ class ModelTurnActivity:
         # Attachments travel as references; their bytes are read in only for the provider.
         request, transcript = resolve_turn(store, inp.run_id, request, transcript)
         return request, transcript, tools, persisted
+
+    def restored(self, run_id: str, header: AgentRequest, refs: HeaderRefs) -> AgentRequest:
+        """The header with the parts it refers to, from those the run's start stored (read
+        once a run on this worker: a part is named by its digest)."""
+        parts = self._parts.get(run_id)
+        if parts is None:
+            try:
+                parts = json.loads(self.files.store.get_bytes(run_id, c.HEADER_PARTS_KEY))
+            except ValueError as exc:
+                raise KeyNotFound(f"{c.HEADER_PARTS_KEY} cannot be read: {exc}") from exc
+            if not isinstance(parts, dict):
+                raise KeyNotFound(f"{c.HEADER_PARTS_KEY} is not a map of parts")
+            self._parts.put(run_id, parts)
+        try:
+            return restore(header, refs, parts)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KeyNotFound(f"{c.HEADER_PARTS_KEY} lacks a part this call names") from exc
 
     def _with_conversations(self, run_id: str, request: AgentRequest) -> AgentRequest:
         """The post-run review's evidence with each node's whole conversation from the store,

@@ -21,7 +21,9 @@ from openflow.activities.providers.scripted import ScriptError, load_script
 from openflow.activities.run_files import CATALOG_KEY, PROFILES_KEY, RUN_KEY, RunFiles
 from openflow.activities.tools_runner import MCP_PACKAGE, tool_specs
 from openflow.activities.webhooks import webhook_refs
+from openflow.engine.advance import start
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
+from openflow.engine.headers import expected_parts
 from openflow.engine.limits import schema_limit_problem
 from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
@@ -100,17 +102,54 @@ class PrepareRunActivity:
             RUN_KEY,
             json.dumps({"execution_dir": execution_dir}).encode(),
         )
+        agents = self._callable_agents(wf)
+        parts = await asyncio.to_thread(
+            self._store_parts, inp, wf, execution_dir, tool_names, agents, read_tools
+        )
+        active = wf.settings.provider_id or ""
         return c.PrepareResult(
-            workflow=wf,
+            # The workflow goes back only when the start changed more than its provider.
+            workflow=None if c.settled_workflow(inp.workflow, active) == wf else wf,
             profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
-            active_provider=wf.settings.provider_id or "",
+            active_provider=active,
             tool_names=tool_names,
             execution_dir=execution_dir,
             warnings=warnings,
-            agents=self._callable_agents(wf),
+            agents=agents,
             read_tools=read_tools,
             webhooks=webhook_refs(settings.webhooks),
+            header_parts=parts,
         )
+
+    def _store_parts(
+        self,
+        inp: c.PrepareInput,
+        wf: Workflow,
+        execution_dir: str,
+        tool_names: list[str],
+        agents: list[CallableAgent],
+        read_tools: list[str],
+    ) -> list[str]:
+        """Store the request header parts the run's calls will carry (the engine's start,
+        as the workflow will make it, foretells them); their digests."""
+        plan = start(
+            wf,
+            inp.run_id,
+            0,
+            execution_dir=execution_dir,
+            project_root=inp.project_dir,
+            tool_names=tool_names,
+            agents=agents,
+            read_tools=read_tools,
+        )
+        if plan.status == "failed":
+            return []
+        parts = expected_parts(plan.snapshot)
+        if not parts:
+            return []
+        data = json.dumps(parts, separators=(",", ":"), ensure_ascii=False).encode()
+        self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
+        return list(parts)
 
     def _settle(
         self, inp: c.PrepareInput

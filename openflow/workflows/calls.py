@@ -25,7 +25,8 @@ with workflow.unsafe.imports_passed_through():
     from openflow.activities.write_handoff import WriteHandoffActivity
     from openflow.engine.advance import eager_tools
     from openflow.engine.display import model_summary, tools_summary
-    from openflow.engine.request import ProviderFailure
+    from openflow.engine.headers import by_reference
+    from openflow.engine.request import AgentRequest, ProviderFailure
     from openflow.engine.state import (
         CallModel,
         HandoffStored,
@@ -81,6 +82,16 @@ def finished(
 
 
 async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
+    """The run's start, its workflow always filled in (a result leaves it out when it is the
+    run's own with its provider settled)."""
+    result = await _prepare_run(inp)
+    if result.workflow is None:
+        settled = c.settled_workflow(inp.workflow, result.active_provider)
+        result = result.model_copy(update={"workflow": settled})
+    return result
+
+
+async def _prepare_run(inp: c.RunInput) -> c.PrepareResult:
     return await workflow.execute_activity_method(
         PrepareRunActivity.prepare_run,
         c.PrepareInput(
@@ -114,13 +125,26 @@ async def listed_webhooks() -> list[c.WebhookRef]:
 
 
 async def model_turn(
-    intent: CallModel, snapshot: RunSnapshot, provider_id: str, headers_sent: set[str]
+    intent: CallModel,
+    snapshot: RunSnapshot,
+    provider_id: str,
+    headers_sent: set[str],
+    parts: set[str] | None = None,
 ) -> ModelReplied | ModelFailed:
-    """One model call. The request's header travels inline until a worker has stored it
-    (`headers_sent`, kept current here); then only its digest does."""
+    """One model call. The request's header travels until a worker has stored it
+    (`headers_sent`, kept current here); then only its digest does. The header's parts the
+    run's start stored (`parts`) travel by reference even then; when the store has lost
+    what a call refers to, `parts` is emptied and headers travel whole again."""
     request = intent.request
     header = request.model_copy(update={"turn_index": 0})
     digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:16]
+    sent: AgentRequest | None = None
+    rest: AgentRequest | None = None
+    refs = None
+    if digest not in headers_sent:
+        sent, refs = by_reference(header, parts or ())
+        if refs is not None:
+            sent, rest = None, sent
     eager = (
         eager_tools(snapshot, intent.node_id, request.tool_names)
         if intent.purpose == "node"
@@ -132,7 +156,9 @@ async def model_turn(
         model_attempt=intent.model_attempt,
         turn_index=request.turn_index,
         header_digest=digest,
-        header=header if digest not in headers_sent else None,
+        header=sent,
+        header_rest=rest,
+        header_refs=refs,
         delta=intent.delta,
         provider_id=request.provider_id or provider_id,
         eager=bool(eager),
@@ -160,6 +186,8 @@ async def model_turn(
     if result.reply is None:
         if result.refs_missing:
             headers_sent.discard(digest)
+            if parts:
+                parts.clear()
         return ModelFailed(
             call_id=intent.call_id,
             node_id=intent.node_id,

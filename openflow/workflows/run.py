@@ -128,6 +128,8 @@ class OpenFlowRun:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._headers_sent: set[str] = set()
+        #: The header parts the run's start stored: calls send them by reference.
+        self._header_parts: set[str] = set()
         self._input: c.RunInput | None = None
         self._applied = 0
         self._received = 0
@@ -154,6 +156,7 @@ class OpenFlowRun:
         )
         self._journal.begin(inp)
         self._headers_sent = set(inp.headers_sent)
+        self._header_parts = set(inp.header_parts)
         now = self._now()
         self._spans.start(inp.run_id, inp.workflow.id, now, continued=inp.snapshot is not None)
         if inp.snapshot is not None and inp.state is not None:
@@ -186,6 +189,8 @@ class OpenFlowRun:
             self._active_provider = prepared.active_provider
             self._webhooks = prepared.webhooks
             self._execution_dir = prepared.execution_dir
+            self._header_parts = set(prepared.header_parts)
+            assert prepared.workflow is not None  # calls.prepare_run fills it in
             plan = engine.start(
                 prepared.workflow,
                 inp.run_id,
@@ -309,7 +314,11 @@ class OpenFlowRun:
         assert self._snapshot is not None
         if isinstance(intent, CallModel):
             turn = calls.model_turn(
-                intent, self._snapshot, self._active_provider, self._headers_sent
+                intent,
+                self._snapshot,
+                self._active_provider,
+                self._headers_sent,
+                self._header_parts,
             )
             self._spawn(intent.call_id, turn, intent.node_id)
         elif isinstance(intent, RunTools):
@@ -411,6 +420,7 @@ class OpenFlowRun:
                 previous_run_id=workflow.info().run_id,
                 pending_intents=pending,
                 headers_sent=sorted(self._headers_sent),
+                header_parts=sorted(self._header_parts),
                 execution_dir=self._execution_dir,
                 webhooks=self._webhooks,
             ),

@@ -251,3 +251,26 @@ def test_the_review_is_chosen_by_its_purpose_and_older_calls_by_their_node() -> 
     named = c.ModelTurnInput(**{**recorded, "node_id": REVIEW_NODE})
     implied = c.ModelTurnInput(**{**recorded, "node_id": "", "call_id": f"model:{REVIEW_NODE}-9"})
     assert turn_purpose(wire(named)) == turn_purpose(wire(implied)) == "review"
+
+
+def test_a_header_by_reference_is_put_back_from_the_stored_parts(acts: Activities) -> None:
+    from openflow.engine.headers import by_reference, part_digest
+
+    prompt = "Follow the house rules. " * 50
+    whole = HEADER.model_copy(update={"system_messages": (prompt, "short")})
+    parts = {part_digest(prompt): prompt}
+    slim, refs = by_reference(whole, set(parts))
+    assert refs is not None and slim.system_messages == ("short",)
+    turn = _turn(TranscriptDelta(base_len=0)).model_copy(
+        update={"header": None, "header_rest": slim, "header_refs": refs}
+    )
+    with pytest.raises(KeyNotFound):  # the start's parts are not in the store
+        acts.model_turn.prepare(turn)
+    acts.files.store.put_bytes("run-1", c.HEADER_PARTS_KEY, json.dumps(parts).encode())
+    request, _, _, _ = acts.model_turn.prepare(turn)
+    assert request.system_messages == (prompt, "short")
+    # A part the stored ones lack is reported missing too.
+    other = by_reference(whole, {part_digest("short"), *parts})[1]
+    assert other is not None
+    with pytest.raises(KeyNotFound):
+        acts.model_turn.prepare(turn.model_copy(update={"header_refs": other}))

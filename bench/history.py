@@ -1,0 +1,200 @@
+"""What a run's history holds: its bytes by event type, by activity input and result, by field.
+
+    python -m bench.history [--runs N]
+
+runs `bench.scale.dag()` (a root and two parallel children, scripted) and bare Temporal's
+same-shaped workflow on one embedded server, then prints each one's history bytes by event
+type, the payload bytes of each activity type's inputs and results, and those payloads by
+top-level field. `breakdown(history)` is what tests measure a real history with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+
+#: Event attributes whose payloads are an activity's input or result, and what they are.
+_ACTIVITY = {
+    "activity_task_scheduled_event_attributes": "input",
+    "activity_task_completed_event_attributes": "result",
+}
+
+
+@dataclass
+class Breakdown:
+    """One history's bytes: whole events by type, and payloads by where they travel."""
+
+    total: int = 0
+    events: Counter[str] = field(default_factory=Counter)
+    #: Payload bytes by `<activity type> input|result`, `start input`, `signal <name>`, ...
+    payloads: Counter[str] = field(default_factory=Counter)
+    #: Payload bytes by `<where> .<top-level field>` (a JSON object's fields).
+    fields: Counter[str] = field(default_factory=Counter)
+    #: Each activity input and result as it travelled: (where, event id, bytes, JSON value).
+    items: list[tuple[str, int, int, Any]] = field(default_factory=list)
+
+    def of(self, where: str) -> list[tuple[int, int, Any]]:
+        """The payloads travelling at `where` (e.g. `model_turn input`): (event id, bytes, value)."""
+        return [(eid, size, value) for w, eid, size, value in self.items if w == where]
+
+
+def _payloads(message: Message) -> Iterator[Payload]:
+    """Every Payload inside a protobuf message, however deep."""
+    for desc, value in message.ListFields():
+        if desc.message_type is None:
+            continue
+        if desc.message_type.full_name == "temporal.api.common.v1.Payload":
+            yield from ([value] if isinstance(value, Message) else value)
+            continue
+        if desc.message_type.GetOptions().map_entry:
+            for entry in value.values():
+                if isinstance(entry, Payload):
+                    yield entry
+                elif isinstance(entry, Message):
+                    yield from _payloads(entry)
+            continue
+        for item in [value] if isinstance(value, Message) else value:
+            yield from _payloads(item)
+
+
+def _where(event: Any, attr: str, scheduled: dict[int, str]) -> str:
+    inner = getattr(event, attr)
+    if attr == "activity_task_scheduled_event_attributes":
+        return f"{inner.activity_type.name} input"
+    if attr == "activity_task_completed_event_attributes":
+        return f"{scheduled.get(inner.scheduled_event_id, '?')} result"
+    if attr == "workflow_execution_signaled_event_attributes":
+        return f"signal {inner.signal_name}"
+    names = {
+        "workflow_execution_started_event_attributes": "start input",
+        "workflow_execution_completed_event_attributes": "run result",
+        "workflow_execution_continued_as_new_event_attributes": "continue-as-new input",
+        "upsert_workflow_search_attributes_event_attributes": "search attributes",
+        "workflow_properties_modified_event_attributes": "memo",
+        "marker_recorded_event_attributes": "marker",
+    }
+    return names.get(attr, attr.removesuffix("_event_attributes"))
+
+
+def breakdown(history: WorkflowHistory) -> Breakdown:
+    """Measure a history: each event's bytes, and each payload by where it travels."""
+    out = Breakdown()
+    scheduled: dict[int, str] = {}
+    for event in history.events:
+        size = len(event.SerializeToString())
+        out.total += size
+        out.events[EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")] += size
+        attr = event.WhichOneof("attributes")
+        if attr is None:
+            continue
+        if attr == "activity_task_scheduled_event_attributes":
+            scheduled[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
+        where = _where(event, attr, scheduled)
+        for payload in _payloads(getattr(event, attr)):
+            n = len(payload.data)
+            out.payloads[where] += n
+            try:
+                value = json.loads(payload.data) if payload.data else None
+            except ValueError:
+                value = None
+            if attr in _ACTIVITY:
+                out.items.append((where, event.event_id, n, value))
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    out.fields[f"{where} .{key}"] += len(
+                        json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode()
+                    )
+    return out
+
+
+def render(title: str, b: Breakdown, runs: int = 1, top: int = 40) -> str:
+    """A breakdown as text, per run (`runs` histories summed into `b`)."""
+    lines = [f"{title}: {b.total / runs:,.0f} bytes a run"]
+    lines.append("  events by type:")
+    for name, n in b.events.most_common():
+        lines.append(f"    {n / runs:9,.0f}  {name}")
+    lines.append("  payloads by where they travel:")
+    for name, n in b.payloads.most_common():
+        lines.append(f"    {n / runs:9,.0f}  {name}")
+    lines.append("  payload fields (largest first):")
+    for name, n in b.fields.most_common(top):
+        lines.append(f"    {n / runs:9,.0f}  {name}")
+    return "\n".join(lines)
+
+
+def merge(parts: list[Breakdown]) -> Breakdown:
+    out = Breakdown()
+    for p in parts:
+        out.total += p.total
+        out.events.update(p.events)
+        out.payloads.update(p.payloads)
+        out.fields.update(p.fields)
+        out.items += p.items
+    return out
+
+
+async def main_async(runs: int) -> None:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from bench.scale import DAG_LAYERS, BareDag, Bench, start_bare, start_ours, wait_all
+    from bench.scale import dag as scale_dag
+    from openflow.server import EmbeddedServer, free_port
+    from openflow.testing import write_scripted_settings
+
+    with tempfile.TemporaryDirectory(prefix="openflow-history-") as tmp:
+        home = Path(tmp) / "home"
+        server = EmbeddedServer(
+            Path(tmp) / "server", address=f"127.0.0.1:{free_port()}", ui=False, tuned=True
+        )
+        async with server:
+            client = await server.connect(data_converter=pydantic_data_converter)
+            assert server._process is not None
+            bench = Bench(client, server._process.pid, server.address, home, None)
+            found: dict[str, Breakdown] = {}
+            for side in ("bare", "ours"):
+                queue = f"history-{side}-{uuid.uuid4().hex[:8]}"
+                async with bench.worker(side, queue):
+                    if side == "ours":
+                        write_scripted_settings(home, {}, exhausted="echo")
+                        ids = await start_ours(client, queue, scale_dag(), runs)
+                    else:
+                        ids = await start_bare(client, queue, BareDag.run, DAG_LAYERS, runs)
+                    await wait_all(client, ids)
+                histories = [await client.get_workflow_handle(i).fetch_history() for i in ids]
+                found[side] = merge([breakdown(h) for h in histories])
+            for side, b in found.items():
+                print(render(side, b, runs))
+                print()
+            ratio = found["ours"].total / max(found["bare"].total, 1)
+            print(f"history bytes a run: ours {ratio:.2f}x bare's")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="a run's history bytes, by where they travel")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    asyncio.run(main_async(args.runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["Breakdown", "breakdown", "merge", "render"]

@@ -1,0 +1,105 @@
+"""What a run adds to Temporal history: request headers' constants are stored once, at the
+run's start, and calls refer to them; a store that lost them gets them inline again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from bench.history import breakdown
+from openflow import contracts as c
+from openflow.engine.headers import MIN_PART_BYTES
+from openflow.worker import build_worker
+from tests.workflows.conftest import Harness, make_workflow, node
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+#: A system prompt far larger than what a call's input may carry.
+LONG_PROMPT = "You check the plan against the house rules. " * 400
+
+
+def _turn_inputs(history: Any) -> list[tuple[int, dict[str, Any]]]:
+    """Each model turn's input as history holds it, with its size in bytes."""
+    return [(size, value) for _, size, value in breakdown(history).of("model_turn input")]
+
+
+async def test_a_nodes_first_call_carries_no_system_prompt_or_tools(harness: Harness) -> None:
+    harness.script({}, exhausted="echo")
+    wf = make_workflow(
+        [node("draft"), node("check", system_prompt=LONG_PROMPT)], [("draft", "check")]
+    )
+    run_id = await harness.start(wf, entrypoint="write it")
+    result = await harness.result(run_id)
+    assert result.status == "completed", result
+    history = await harness.handle(run_id).fetch_history()
+    turns = _turn_inputs(history)
+    by_node = {c.call_node(value["call_id"]): (size, value) for size, value in turns}
+    size, check = by_node["check"]
+    # The second node's first call names its prompt, tools and schema instead of carrying them.
+    assert size < 2000 < len(LONG_PROMPT)
+    assert LONG_PROMPT.strip() not in json.dumps(check)
+    # The header travels without them, where a worker that knows nothing of parts finds none.
+    assert "header" not in check
+    header = check["header_rest"]
+    assert not header.get("system_messages") and not header.get("harness_tools")
+    assert check["header_refs"]["system_messages"] and check["header_refs"]["harness_tools"]
+    for _, value in turns:
+        inline = (value.get("header_rest") or {}).get("system_messages") or []
+        assert all(len(m) < MIN_PART_BYTES for m in inline), value["call_id"]
+    # The model was sent the whole header: the one the turn stored has the prompt and tools.
+    stored = harness.home / "runs" / run_id / "headers" / f"{check['header_digest']}.json"
+    whole = json.loads(stored.read_text())
+    assert any(LONG_PROMPT.strip() in m for m in whole["system_messages"])
+    assert "openflow_submit_node_output" in [t["name"] for t in whole["harness_tools"]]
+    assert whole["tool_names"] and whole["output_schema"]["properties"] == {
+        "summary": {"type": "string"}
+    }
+    # The start's result does not carry the workflow again: only its provider was settled.
+    prepared = breakdown(history).of("prepare_run result")
+    assert prepared and all(value.get("workflow") is None for _, _, value in prepared)
+    # The calls together, the review's among them, stay far below one copy of the prompt.
+    assert sum(size for size, v in turns if v.get("purpose") != "review") < 4000
+    assert breakdown(history).payloads["model_turn input"] < 6000
+    # The reviewer still read every node's prompts in the evidence.
+    review = next(v for _, v in turns if v.get("purpose") == "review")
+    assert LONG_PROMPT not in json.dumps(review)
+    stored = harness.home / "runs" / run_id / "headers" / f"{review['header_digest']}.json"
+    evidence = json.loads(stored.read_text())["input"]["runEvidence"]
+    assert [n["systemPrompt"] for n in evidence["nodes"]] == ["You are a test node.", LONG_PROMPT]
+    await harness.replay(run_id)
+
+
+async def test_a_store_that_lost_the_parts_gets_the_header_inline(
+    client: Client, task_queue: str, openflow_home: Path
+) -> None:
+    harness = Harness(client, task_queue, openflow_home)
+    harness.script(
+        {"ask": [{"ask": "Which one?"}, {"submit": {"summary": "that one"}}]}, exhausted="echo"
+    )
+    wf = make_workflow(
+        [node("ask", requestUserInput=True), node("check", system_prompt=LONG_PROMPT)],
+        [("ask", "check")],
+    )
+    async with build_worker(client, task_queue, openflow_home):
+        run_id = await harness.start(wf)
+        await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+    # A machine crash took the stored parts; the next worker has read none of them yet.
+    parts = openflow_home / "runs" / run_id / c.HEADER_PARTS_KEY
+    assert parts.exists()
+    parts.unlink()
+    async with build_worker(client, task_queue, openflow_home):
+        await harness.handle(run_id).signal(c.SIGNAL_INPUT, {"node_id": "ask", "text": "this"})
+        result = await harness.result(run_id)
+    assert result.status == "completed", result
+    assert result.outputs["check"] == {"summary": "that one"}
+    history = await harness.handle(run_id).fetch_history()
+    results = breakdown(history).of("model_turn result")
+    assert any(value.get("refs_missing") for _, _, value in results)
+    check = [v for _, v in _turn_inputs(history) if c.call_node(v["call_id"]) == "check"]
+    assert check[0].get("header_refs") and check[-1].get("header_refs") is None
+    assert any(LONG_PROMPT.strip() in m for m in check[-1]["header"]["system_messages"])
+    await harness.replay(run_id)

@@ -562,6 +562,7 @@ class OpenFlowRun:
                 "active_provider": self._active_provider,
                 "execution_dir": self._execution_dir,
                 "webhooks": self._webhooks,
+                "header_parts": sorted(self._header_parts),
                 "workflow": self._snapshot.workflow,
                 "snapshot": None,
                 "events": [],

@@ -86,7 +86,7 @@ async def test_a_store_that_lost_the_parts_gets_the_header_inline(
     )
     async with build_worker(client, task_queue, openflow_home):
         run_id = await harness.start(wf)
-        await harness.wait_for(run_id, lambda s: s["awaitingNodeIds"] == ["ask"])
+        await harness.wait_for(run_id, lambda s: s.awaiting_node_ids == ["ask"])
     # A machine crash took the stored parts; the next worker has read none of them yet.
     parts = openflow_home / "runs" / run_id / c.HEADER_PARTS_KEY
     assert parts.exists()

@@ -9,11 +9,15 @@ each measurement, so its CPU (utime + stime from /proc/<pid>/stat) and memory (V
 alone; the server's CPU is read the same way. Bare Temporal's workers run with the SDK's
 defaults and no sandbox (as OpenFlowRun's do):
 
-- throughput: N runs started at once of a root and two parallel children (8 activities a
+- throughput: N runs started at once of a root and two parallel children (5 activities a
   run) against N bare workflows running the same activities as no-ops in the same shape;
   runs/s, activities/s, worker and server CPU per run, workflow task timeouts, history bytes;
 - latency: runs one at a time; start to the first model turn (bare: to its second activity)
   and start to completion;
+- unbalanced DAG: runs one at a time of a root, then a chain of three nodes beside a single
+  one, each model turn taking `--hop-delay` seconds (bare: the same shape of sleeping
+  activities); the critical path from the root's call to the review's, and what each hop
+  costs beyond its turn;
 - calls in flight: N runs with one model turn that takes D seconds (the scripted provider's
   `delay_ms`) against N bare workflows with one activity sleeping D seconds, cap lifted;
 - paused runs: the worker's RSS growth holding N runs waiting for a person (bare: waiting on a
@@ -98,6 +102,31 @@ class BareSleep:
         )
 
 
+@workflow.defn(name="ScaleBareUnbalanced")
+class BareUnbalanced:
+    """The unbalanced DAG's shape: a start, a root's call, then a chain of calls beside a
+    single one, then a last activity (the review). Each call sleeps like a model call."""
+
+    @workflow.run
+    async def run(self, shape: list[float]) -> int:
+        chain, seconds = int(shape[0]), shape[1]
+
+        async def call() -> None:
+            await workflow.execute_activity(
+                sleep_activity, seconds, start_to_close_timeout=timedelta(seconds=600)
+            )
+
+        async def long_branch() -> None:
+            for _ in range(chain):
+                await call()
+
+        await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=60))
+        await call()
+        await asyncio.gather(long_branch(), call())
+        await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=60))
+        return chain + 2
+
+
 @workflow.defn(name="ScaleBarePaused")
 class BarePaused:
     """Two no-op activities (a run's start and first turn), then a wait for an answer."""
@@ -125,7 +154,7 @@ async def serve_bare(address: str, queue: str, cap: int | None) -> None:
     worker = Worker(
         client,
         task_queue=queue,
-        workflows=[BareDag, BareSleep, BarePaused],
+        workflows=[BareDag, BareSleep, BarePaused, BareUnbalanced],
         activities=[noop, sleep_activity],
         workflow_runner=UnsandboxedWorkflowRunner(),
         max_concurrent_activities=cap,
@@ -277,7 +306,8 @@ def _node(node_id: str, **agent: Any) -> dict[str, Any]:
 
 
 def dag() -> Workflow:
-    """A root and two parallel children: prepare, 3 model turns, 3 handoffs, the review."""
+    """A root and two parallel children: prepare, 3 model turns (each storing its node's
+    handoff), the review."""
     return Workflow.model_validate(
         {
             "id": "scale-dag",
@@ -297,9 +327,30 @@ def single(node_id: str = "busy", **agent: Any) -> Workflow:
     )
 
 
-#: The bare workflow's shape for the same 8 activities: prepare, root's turn and handoff,
-#: the children's turns and handoffs in parallel, the review.
-DAG_LAYERS = [1, 1, 1, 2, 2, 1]
+#: The unbalanced DAG's long branch below its root (the short one is a single node).
+CHAIN = 3
+
+
+def unbalanced() -> Workflow:
+    """A root, then a chain of CHAIN nodes beside a single one: the chain is the critical
+    path, and each of its hops is a node's handoff and the next node's dispatch."""
+    chain = [f"step{i}" for i in range(1, CHAIN + 1)]
+    ids = ["root", *chain, "side"]
+    pairs = [("root", chain[0]), *zip(chain, chain[1:], strict=False), ("root", "side")]
+    return Workflow.model_validate(
+        {
+            "id": "scale-unbalanced",
+            "name": "scale unbalanced",
+            "nodes": [_node(i) for i in ids],
+            "edges": [{"id": f"{a}-{b}", "from": a, "to": b} for a, b in pairs],
+        }
+    )
+
+
+#: The bare workflow's shape for the same 5 activities: prepare, root's turn, the children's
+#: turns in parallel, the review. (Before turns stored handoffs, a run had 8: a handoff write
+#: after each turn; compare such a `--before` side by runs/s, not activities/s.)
+DAG_LAYERS = [1, 1, 2, 1]
 DAG_ACTIVITIES = sum(DAG_LAYERS)
 
 
@@ -489,6 +540,53 @@ async def latency(bench: Bench, side: str, k: int, out: Figures) -> None:
     )
 
 
+async def critical_path(client: Client, run_id: str, ours: bool) -> float:
+    """Milliseconds from the root's call being scheduled to the run's last activity (the
+    review; bare: its last no-op) being scheduled: every turn and hop of the long branch."""
+    events = (await client.get_workflow_handle(run_id).fetch_history()).events
+    scheduled = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    if ours:
+        first = next(
+            e
+            for e in scheduled
+            if e.activity_task_scheduled_event_attributes.activity_type.name
+            == c.ACTIVITY_MODEL_TURN
+        )
+    else:
+        first = scheduled[1]
+    span = scheduled[-1].event_time.ToDatetime() - first.event_time.ToDatetime()
+    return span.total_seconds() * 1000
+
+
+async def unbalanced_dag(bench: Bench, side: str, k: int, delay_s: float, out: Figures) -> None:
+    ours = side != "bare"
+    turns = CHAIN + 1
+
+    async def work(queue: str, proc: WorkerProcess) -> list[str]:
+        if ours:
+            script = {
+                node.id: [{"submit": {"summary": node.id}, "delay_ms": int(delay_s * 1000)}]
+                for node in unbalanced().nodes
+            }
+            write_scripted_settings(bench.home, script, exhausted="echo")
+        ids: list[str] = []
+        for _ in range(k):
+            if ours:
+                ids += await start_ours(bench.client, queue, unbalanced(), 1)
+            else:
+                ids += await start_bare(
+                    bench.client, queue, BareUnbalanced.run, [CHAIN, delay_s], 1
+                )
+            await wait_all(bench.client, ids[-1:])
+        return ids
+
+    ids, _, _, _ = await bench.measured(side, None, work)
+    spans = [await critical_path(bench.client, i, ours) for i in ids]
+    path = statistics.median(spans)
+    out.values["unbalanced DAG critical path ms"] = path
+    out.values["unbalanced DAG ms a hop beyond the turn"] = (path - turns * delay_s * 1000) / turns
+
+
 async def in_flight(bench: Bench, side: str, n: int, delay_s: float, out: Figures) -> None:
     ours = side != "bare"
 
@@ -566,7 +664,7 @@ def _progress(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-PHASES = ("throughput", "latency", "flight", "paused")
+PHASES = ("throughput", "latency", "unbalanced", "flight", "paused")
 
 # --- the report --------------------------------------------------------------------------
 
@@ -579,6 +677,7 @@ GOALS: dict[str, tuple[bool, float | None]] = {
     "history bytes/run": (False, 2.0),
     "start to first model turn ms": (False, 1.2),
     "start to end ms (one at a time)": (False, None),
+    "unbalanced DAG critical path ms": (False, 1.03),
     "memory KB/paused run": (False, None),
     "answers/s": (True, None),
 }
@@ -657,6 +756,10 @@ async def main_async(args: argparse.Namespace) -> None:
                         began = time.perf_counter()
                         await latency(bench, side, 5, figures[side])
                         _progress(f"  {side} latency: {time.perf_counter() - began:.0f} s")
+                    if "unbalanced" in phases:
+                        began = time.perf_counter()
+                        await unbalanced_dag(bench, side, 3, args.hop_delay, figures[side])
+                        _progress(f"  {side} unbalanced: {time.perf_counter() - began:.0f} s")
                     if "flight" in phases:
                         began = time.perf_counter()
                         await in_flight(bench, side, n_flight, delay_s, figures[side])
@@ -669,7 +772,8 @@ async def main_async(args: argparse.Namespace) -> None:
                     results[side].append(figures[side])
             print(
                 f"scale on one worker: {n_batch}-run batch, {n_flight} runs in flight, "
-                f"{n_paused} paused; median of {rounds} interleaved round(s); "
+                f"{n_paused} paused; unbalanced DAG turns of {args.hop_delay:g} s; "
+                f"median of {rounds} interleaved round(s); "
                 f"{os.cpu_count()} cores"
             )
             report(results)
@@ -682,6 +786,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=0, help="runs in the throughput batch")
     parser.add_argument("--flight", type=int, default=0, help="runs with a slow model turn")
     parser.add_argument("--paused", type=int, default=0, help="runs waiting for a person")
+    parser.add_argument(
+        "--hop-delay",
+        type=float,
+        default=1.0,
+        help="seconds each model turn of the unbalanced DAG takes (default 1)",
+    )
     parser.add_argument(
         "--before", type=Path, help="also measure the worker of the code checked out here"
     )

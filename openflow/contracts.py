@@ -186,6 +186,14 @@ def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
 HEADER_PARTS_KEY = "header-parts.json"
 
 
+class TurnHandoff(OmitDefaults, _Model):
+    """What a model turn needs to store the handoff of a submission: the node's handoff
+    format and, for Markdown, its template's headings (the output schema is the request's)."""
+
+    format: Literal["json", "markdown"]
+    headings: list[str] = Field(default_factory=list)
+
+
 class ModelTurnInput(OmitDefaults, _Model):
     """One model call. `run_id` may be left empty: the activity takes its workflow id; so may
     `node_id` when the call id names it (`model:<node>-<n>`, see `call_node`)."""
@@ -211,6 +219,8 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: the activity completes from the store). Calls recorded without it are the review when
     #: their node is the review's (`openflow.activities.model_turn.turn_purpose`).
     purpose: Literal["node", "review"] = "node"
+    #: The node's handoff: a reply that submits a valid output stores it in the same turn.
+    handoff: TurnHandoff | None = None
 
     @field_serializer("header", "header_rest", mode="wrap")
     def _header(self, value: AgentRequest | None, handler: SerializerFunctionWrapHandler) -> Any:
@@ -329,6 +339,8 @@ class ModelTurnResult(OmitDefaults, _Model):
     tools: ToolBatchResult | None = None
     #: How long the model call took, in milliseconds (the engine's `PhaseTimed` ai_invoke).
     ms: int | None = None
+    #: The manifest of the handoff the turn stored for the output its reply submitted.
+    handoff: dict[str, Any] | None = None
 
 
 class HandoffInput(_Model):
@@ -626,6 +638,7 @@ __all__ = [
     "SIGNAL_RETRY",
     "ToolBatchInput",
     "ToolBatchResult",
+    "TurnHandoff",
     "UPDATE_ACT",
     "WORKFLOW_NAME",
 ]

@@ -28,8 +28,11 @@ from openflow.activities.spans import elapsed_ms, model_span, record_failure, re
 from openflow.activities.store import KeyNotFound
 from openflow.activities.tools_runner import BatchDeps, tool_specs
 from openflow.activities.transcripts import Transcripts
+from openflow.activities.write_handoff import store_handoff
 from openflow.attachments import resolve_turn
 from openflow.engine.advance import reply_items
+from openflow.engine.classify import Completed, classify_reply
+from openflow.engine.handoff import HandoffFile, handoff_file
 from openflow.engine.headers import HeaderRefs, restore
 from openflow.engine.policy import EAGER_TOOLS
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
@@ -94,6 +97,23 @@ def compact_reply(reply: ModelReply) -> ModelReply:
         for call in reply.tool_calls
     )
     return reply.model_copy(update={"tool_calls": calls})
+
+
+def submitted_handoff(
+    inp: c.ModelTurnInput, request: AgentRequest, reply: ModelReply
+) -> HandoffFile | None:
+    """The handoff file of the output the reply submits, when the node has one and the engine
+    will take the reply as a completion (classified as the engine classifies it); None when
+    not, or when the file cannot be made (the engine's `write_handoff` then says why)."""
+    target = inp.handoff
+    if target is None or turn_purpose(inp) != "node":
+        return None
+    headings = target.headings if target.format == "markdown" else None
+    outcome = classify_reply(reply, request.output_schema, headings).outcome
+    if not isinstance(outcome, Completed):
+        return None
+    file = handoff_file(inp.node_id, target.format, outcome.output)
+    return file if isinstance(file, HandoffFile) else None
 
 
 class ModelTurnActivity:
@@ -184,11 +204,20 @@ class ModelTurnActivity:
             reads = reads.model_copy(update={"results": anonymous})
         # The reply (and any results) go straight after what this turn sent, synced: the next
         # turn finds them in place, and they are the only full copy of the tools' output.
+        # A submission's handoff is stored at the same time, so the node is done in this turn.
         key = c.transcript_key(inp.node_id)
-        await heartbeating(
-            asyncio.to_thread(self.transcripts.append, inp.run_id, key, persisted, items)
+        handoff = submitted_handoff(inp, request, reply)
+        writes = [asyncio.to_thread(self.transcripts.append, inp.run_id, key, persisted, items)]
+        if handoff is not None:
+            writes.append(asyncio.to_thread(store_handoff, self.files, inp.run_id, handoff))
+        await heartbeating(asyncio.gather(*writes))
+        return c.ModelTurnResult(
+            reply=reply,
+            persisted_len=persisted,
+            tools=reads,
+            ms=latency_ms,
+            handoff=None if handoff is None else handoff.manifest,
         )
-        return c.ModelTurnResult(reply=reply, persisted_len=persisted, tools=reads, ms=latency_ms)
 
     # --- what the provider is sent ------------------------------------------------------
 
@@ -306,4 +335,4 @@ class ModelTurnActivity:
             return None, []
 
 
-__all__ = ["ModelTurnActivity", "compact_reply", "turn_purpose"]
+__all__ = ["ModelTurnActivity", "compact_reply", "submitted_handoff", "turn_purpose"]

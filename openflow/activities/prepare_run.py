@@ -48,6 +48,22 @@ class PrepareRunActivity:
     def __init__(self, files: RunFiles, tools: ToolRegistry | None) -> None:
         self.files = files
         self.tools = tools
+        self._builtin: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+
+    def builtin_catalog(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The worker's own tools as the catalog lists them, and the seal tool's entry (which
+        the engine offers a plan source only): the same for every run, so made once."""
+        if self._builtin is None:
+            builtin = tool_specs(self.tools)
+            seal = []
+            if self.tools is not None:
+                seal = [
+                    s.model_dump(mode="json")
+                    for s in self.tools.specs("planning", plan_source=True)
+                    if s.name == SEAL_TOOL
+                ]
+            self._builtin = ([builtin[n].model_dump(mode="json") for n in sorted(builtin)], seal)
+        return self._builtin
 
     @activity.defn(name=c.ACTIVITY_PREPARE)
     async def prepare_run(self, inp: c.PrepareInput) -> c.PrepareResult:
@@ -57,50 +73,34 @@ class PrepareRunActivity:
 
     async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
         store = self.files.store
-        # Off the event loop (settings, provider SDK imports, the store), so the heartbeat
-        # goes on however long they take on a loaded machine.
-        settings, wf, profiles, execution_dir = await asyncio.to_thread(self._settle, inp)
-        builtin = tool_specs(self.tools)
-        catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
+        # Off the event loop (settings, provider SDK imports), so the heartbeat goes on however
+        # long they take on a loaded machine.
+        settings, wf, profiles = await asyncio.to_thread(self._settle, inp)
+        # What the run keeps in its folder is written at once, each write in a thread of its
+        # own: the first model turn waits on the slowest of them, not on their sum.
+        kept = json.dumps(profiles, sort_keys=True).encode()
+        profiles_kept = asyncio.ensure_future(
+            asyncio.to_thread(store.put_bytes, inp.run_id, PROFILES_KEY, kept)
+        )
+        folder = asyncio.ensure_future(asyncio.to_thread(self._make_folder, inp))
+        builtin, seal = self.builtin_catalog()
+        catalog = list(builtin)
         warnings: list[str] = []
         read_tools: list[str] = []
-        if settings.mcp:
-            # Importing the MCP SDK takes seconds on a busy machine: never on the event loop.
-            mcp_package = await asyncio.to_thread(importlib.import_module, MCP_PACKAGE)
-            mcp = await mcp_package.discover_tools(
-                settings.mcp,
-                reserved=[*builtin, *HARNESS_TOOLS, SEAL_TOOL],
-                cwd=Path(execution_dir),
-                run_dir=store.run_dir(inp.run_id),
-            )
-            catalog += [tool.catalog_entry() for tool in mcp.tools]
-            read_tools = sorted(t.spec.name for t in mcp.tools if t.spec.tier == "read")
-            warnings = mcp.warnings
-        if any(n.agent.mcp_resources or n.agent.mcp_prompts for n in wf.nodes):
-            # The nodes' MCP resources and prompts, frozen for the run (spec 2.3 step 9);
-            # large contents go to the run store, so history carries only their names.
-            mcp_package = await asyncio.to_thread(importlib.import_module, MCP_PACKAGE)
-            await mcp_package.resolve_context(
-                settings.mcp, wf, cwd=Path(execution_dir), run_dir=store.run_dir(inp.run_id)
-            )
-            await asyncio.to_thread(self._keep_context, inp.run_id, wf)
+        if settings.mcp or _mcp_context(wf):
+            # The MCP servers start in the run's folder: it is made first.
+            execution_dir, _ = await asyncio.gather(folder, profiles_kept)
+            mcp_tools, warnings, read_tools = await self._mcp(inp, settings, wf, execution_dir)
+            catalog += mcp_tools
         tool_names = sorted(entry["name"] for entry in catalog)
-        if self.tools is not None:
-            # The seal tool is offered only to a plan source while planning; the engine adds
-            # it to that node's request, so its spec is in the catalog but not in tool_names.
-            catalog += [
-                s.model_dump(mode="json")
-                for s in self.tools.specs("planning", plan_source=True)
-                if s.name == SEAL_TOOL
-            ]
-        await asyncio.to_thread(
-            store.put_bytes, inp.run_id, CATALOG_KEY, json.dumps(catalog).encode()
-        )
-        await asyncio.to_thread(
-            store.put_bytes,
-            inp.run_id,
-            RUN_KEY,
-            json.dumps({"execution_dir": execution_dir}).encode(),
+        # The seal tool is offered only to a plan source while planning; the engine adds it
+        # to that node's request, so its spec is in the catalog but not in tool_names.
+        catalog += seal
+        listed = json.dumps(catalog).encode()
+        execution_dir, _, _ = await asyncio.gather(
+            folder,
+            profiles_kept,
+            asyncio.to_thread(store.put_bytes, inp.run_id, CATALOG_KEY, listed),
         )
         agents = self._callable_agents(wf)
         parts = await asyncio.to_thread(
@@ -151,11 +151,50 @@ class PrepareRunActivity:
         self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
         return list(parts)
 
+    async def _mcp(
+        self, inp: c.PrepareInput, settings: AppSettings, wf: Workflow, execution_dir: str
+    ) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+        """The MCP tools' catalog entries, warnings and read tools; the nodes' MCP resources
+        and prompts frozen for the run."""
+        store = self.files.store
+        catalog: list[dict[str, Any]] = []
+        warnings: list[str] = []
+        read_tools: list[str] = []
+        if settings.mcp:
+            # Importing the MCP SDK takes seconds on a busy machine: never on the event loop.
+            mcp_package = await asyncio.to_thread(importlib.import_module, MCP_PACKAGE)
+            builtin = tool_specs(self.tools)
+            mcp = await mcp_package.discover_tools(
+                settings.mcp,
+                reserved=[*builtin, *HARNESS_TOOLS, SEAL_TOOL],
+                cwd=Path(execution_dir),
+                run_dir=store.run_dir(inp.run_id),
+            )
+            catalog = [tool.catalog_entry() for tool in mcp.tools]
+            read_tools = sorted(t.spec.name for t in mcp.tools if t.spec.tier == "read")
+            warnings = mcp.warnings
+        if _mcp_context(wf):
+            # The nodes' MCP resources and prompts, frozen for the run (spec 2.3 step 9);
+            # large contents go to the run store, so history carries only their names.
+            mcp_package = await asyncio.to_thread(importlib.import_module, MCP_PACKAGE)
+            await mcp_package.resolve_context(
+                settings.mcp, wf, cwd=Path(execution_dir), run_dir=store.run_dir(inp.run_id)
+            )
+            await asyncio.to_thread(self._keep_context, inp.run_id, wf)
+        return catalog, warnings, read_tools
+
+    def _make_folder(self, inp: c.PrepareInput) -> str:
+        """The run's execution folder, created, and where the run's tools find it."""
+        execution_dir = self.files.make_execution_dir(inp.run_id, inp.project_dir)
+        data = json.dumps({"execution_dir": execution_dir}).encode()
+        self.files.store.put_bytes(inp.run_id, RUN_KEY, data)
+        return execution_dir
+
     def _settle(
         self, inp: c.PrepareInput
-    ) -> tuple[AppSettings, Workflow, dict[str, dict[str, Any]], str]:
-        """The run's settings, its workflow with providers and models filled in, the profiles
-        it keeps (stored, keys left out) and its execution folder (created)."""
+    ) -> tuple[AppSettings, Workflow, dict[str, dict[str, Any]]]:
+        """The run's settings, its workflow with providers and models filled in, and the
+        profiles it keeps (keys left out)."""
         settings = load_settings(self.files.home)
         wf = inp.workflow.model_copy(deep=True)
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
@@ -192,11 +231,7 @@ class PrepareRunActivity:
             prof = settings.profile(pid)
             if prof is not None and not agent.model.strip():
                 agent.model = prof.default_model
-        execution_dir = self.files.make_execution_dir(inp.run_id, inp.project_dir)
-        self.files.store.put_bytes(
-            inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
-        )
-        return settings, wf, profiles, execution_dir
+        return settings, wf, profiles
 
     def _keep_context(self, run_id: str, wf: Workflow) -> None:
         """Store each large MCP content and leave its name in the node's snapshot."""
@@ -223,6 +258,11 @@ class PrepareRunActivity:
             if over is not None:
                 raise_app(f"{path}: {over[1]}")
         return kept
+
+
+def _mcp_context(wf: Workflow) -> bool:
+    """Whether a node of the workflow reads MCP resources or prompts."""
+    return any(n.agent.mcp_resources or n.agent.mcp_prompts for n in wf.nodes)
 
 
 def _check_credentials(provider_id: str, profile: ProviderProfile, settings: AppSettings) -> None:

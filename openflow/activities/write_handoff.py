@@ -1,24 +1,19 @@
-"""The `write_handoff` activity: store a node's handoff (spec 7) and describe it."""
+"""The `write_handoff` activity: store a node's handoff (spec 7) and describe it.
+
+A model turn that submits stores the handoff itself (`model_turn`); this activity stores it
+when the turn did not (runs recorded before, or a submission the turn could not store).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-from urllib.parse import quote
 
 from temporalio import activity
 
 from openflow import contracts as c
 from openflow.activities.heartbeat import heartbeating
 from openflow.activities.run_files import RunFiles
-
-HANDOFF_LIMIT = 1024 * 1024
-
-
-def handoff_segment(node_id: str) -> str:
-    """A node id as one safe path segment (spec 7)."""
-    return quote(node_id, safe="-_.")
+from openflow.engine.handoff import HANDOFF_LIMIT, HandoffFile, handoff_file, handoff_segment
 
 
 class WriteHandoffActivity:
@@ -32,29 +27,16 @@ class WriteHandoffActivity:
         return await heartbeating(self._write(inp))
 
     async def _write(self, inp: c.HandoffInput) -> c.HandoffResult:
-        segment = handoff_segment(inp.node_id)
-        if inp.format == "markdown":
-            markdown = inp.output.get("markdown") if isinstance(inp.output, dict) else None
-            if not isinstance(markdown, str):
-                return c.HandoffResult(error="the Markdown handoff has no `markdown` text")
-            data = markdown.encode()
-            name, media = "HANDOFF.md", "text/markdown"
-        else:
-            data = (json.dumps(inp.output, indent=2, ensure_ascii=False) + "\n").encode()
-            name, media = "HANDOFF.json", "application/json"
-        if len(data) > HANDOFF_LIMIT:
-            return c.HandoffResult(error=f"the handoff is {len(data)} bytes; the limit is 1 MiB")
-        key = f"handoffs/{segment}/{name}"
-        await asyncio.to_thread(self.files.store.put_bytes, inp.run_id, key, data)
-        return c.HandoffResult(
-            manifest={
-                "format": inp.format,
-                "uri": f"run://{key}",
-                "mediaType": media,
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "sizeBytes": len(data),
-            }
-        )
+        file = handoff_file(inp.node_id, inp.format, inp.output)
+        if not isinstance(file, HandoffFile):
+            return c.HandoffResult(error=file)
+        await asyncio.to_thread(store_handoff, self.files, inp.run_id, file)
+        return c.HandoffResult(manifest=file.manifest)
 
 
-__all__ = ["HANDOFF_LIMIT", "WriteHandoffActivity", "handoff_segment"]
+def store_handoff(files: RunFiles, run_id: str, file: HandoffFile) -> None:
+    """Write a handoff file; writing it again with the same bytes changes nothing."""
+    files.store.put_bytes(run_id, file.key, file.data)
+
+
+__all__ = ["HANDOFF_LIMIT", "WriteHandoffActivity", "handoff_segment", "store_handoff"]

@@ -648,6 +648,9 @@ class ModelReplied(_Frozen):
     #: transcript after the reply (their `store_index` counts from there). They answer the
     #: batch the engine plans from this reply in the same step, if it has exactly those calls.
     eager: ToolsFinished | None = None
+    #: The manifest of the handoff the same activity stored for the output the reply submits
+    #: (None: it stored none, and a completion writes it with `WriteHandoff`).
+    handoff: dict[str, Any] | None = None
 
 
 def stored_reply(fact: ModelReplied) -> list[StoredItemRef] | None:

@@ -53,6 +53,7 @@ from openflow.engine.events import (
     ToolCallProposed,
 )
 from openflow.engine.grants import grant_for
+from openflow.engine.handoff import handoff_output, written_as
 from openflow.engine.lifecycle import fail_node, interrupt
 from openflow.engine.policy import (
     HARNESS_ASK_QUESTION,
@@ -107,10 +108,15 @@ INVALID_ARGS = (
 
 
 def on_reply(
-    step: Step, node_id: str, reply: ModelReply, stored: list[StoredItemRef] | None = None
+    step: Step,
+    node_id: str,
+    reply: ModelReply,
+    stored: list[StoredItemRef] | None = None,
+    handoff: dict[str, Any] | None = None,
 ) -> None:
     """Apply a node's classified reply (spec 3.4); `stored` says where the run store holds
-    each of `reply_items(reply)`, so the items the node keeps are sent by reference."""
+    each of `reply_items(reply)`, so the items the node keeps are sent by reference;
+    `handoff` is the manifest of the handoff the model turn stored for its submission."""
     seat = Seat(node_id)
     agent = step.by_id[node_id].agent
     result = classify_reply(reply, submission_schema(agent), markdown_headings(step, node_id))
@@ -120,7 +126,7 @@ def on_reply(
     )
     outcome = result.outcome
     if isinstance(outcome, Completed):
-        on_completed(step, node_id, outcome, reasoning, keep)
+        on_completed(step, node_id, outcome, reasoning, keep, handoff)
     elif isinstance(outcome, ToolCalls):
         on_tool_calls(step, node_id, outcome, reasoning, keep)
     elif isinstance(outcome, NeedsUserInput):
@@ -161,7 +167,12 @@ def sealed(step: Step, node_id: str) -> bool:
 
 
 def on_completed(
-    step: Step, node_id: str, outcome: Completed, reasoning: list[TranscriptItem], keep: Keep
+    step: Step,
+    node_id: str,
+    outcome: Completed,
+    reasoning: list[TranscriptItem],
+    keep: Keep,
+    stored: dict[str, Any] | None = None,
 ) -> None:
     ns = step.node(node_id)
     agent = step.by_id[node_id].agent
@@ -180,7 +191,11 @@ def on_completed(
         append(step, seat, UserItem(content=prompts.LATE_MESSAGE_NUDGE))
         return
     fmt = agent.handoff.format
-    if fmt in ("json", "markdown"):
+    if fmt in ("json", "markdown") and written_as(node_id, fmt, outcome.output, stored):
+        # The model turn stored this very submission's handoff: done in this step.
+        output = handoff_output(fmt, outcome.output, outcome.assistant_message)
+        store_output(step, node_id, output, stored)
+    elif fmt in ("json", "markdown"):
         job = {"output": outcome.output, "message": outcome.assistant_message}
         step.update_node(node_id, phase=StoringHandoff(job=job))
         step.intents.append(WriteHandoff(node_id=node_id, format=fmt, output=outcome.output))

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow.engine.display import model_summary, tools_summary
     from openflow.engine.headers import by_reference
     from openflow.engine.request import AgentRequest, ProviderFailure
+    from openflow.engine.spec import template_headings
     from openflow.engine.state import (
         CallModel,
         HandoffStored,
@@ -54,6 +55,9 @@ TOOL_RECEIPTS = "tool-receipts"
 #: Tool batches go to the worker's tool pool (`contracts.tool_task_queue`); runs recorded
 #: before scheduled them on the run's own task queue.
 TOOL_POOL = "tool-pool"
+#: A node's turn that submits stores its handoff (`TurnHandoff`); runs recorded before wrote
+#: it with a `write_handoff` activity of its own.
+HANDOFF_IN_TURN = "handoff-in-turn"
 
 
 def finished(
@@ -163,6 +167,7 @@ async def model_turn(
         provider_id=request.provider_id or provider_id,
         eager=bool(eager),
         purpose="review" if intent.purpose == "review" else "node",
+        handoff=turn_handoff(snapshot, intent) if intent.purpose == "node" else None,
     )
     try:
         result = await workflow.execute_activity_method(
@@ -207,7 +212,23 @@ async def model_turn(
         in_transcript=not result.reply_key,
         ms=result.ms,
         eager=None if result.tools is None else finished("", result.tools, True),
+        handoff=result.handoff if arg.handoff is not None else None,
     )
+
+
+def turn_handoff(snapshot: RunSnapshot, intent: CallModel) -> c.TurnHandoff | None:
+    """What a node's turn needs to store the handoff of its submission, if the node has a
+    handoff file; runs recorded before turns stored handoffs leave it to `write_handoff`."""
+    node = next((n for n in snapshot.workflow.nodes if n.id == intent.node_id), None)
+    if node is None:
+        return None
+    spec = node.agent.handoff
+    if spec.format not in ("json", "markdown") or not workflow.patched(HANDOFF_IN_TURN):
+        return None
+    if spec.format == "markdown":
+        headings = template_headings(getattr(spec, "template", "") or "")
+        return c.TurnHandoff(format="markdown", headings=headings)
+    return c.TurnHandoff(format="json")
 
 
 async def tool_batch(intent: RunTools, snapshot: RunSnapshot) -> ToolsFinished | ToolsFailed:

@@ -61,8 +61,7 @@ async def test_reads_run_inside_the_model_turn(harness: Harness) -> None:
         "model_turn",
         "tool_batch",
         "model_turn",
-        "model_turn",
-        "write_handoff",
+        "model_turn",  # the submit, which stores the handoff too
         "model_turn",  # the post-run review
     ]
     events = await harness.events(run_id)

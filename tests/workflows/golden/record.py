@@ -61,6 +61,8 @@ async def record(names: list[str]) -> None:
                     (HERE / "branch_join_people.json").write_text(history.to_json())
                 if not names or "reads_and_review" in names:
                     await _reads_and_review(client, home, local)
+                if not names or "handoff_in_turn" in names:
+                    await _handoff_in_turn(client, home, local)
 
                 if names and "stopped_mid_tool" not in names:
                     return
@@ -120,6 +122,35 @@ async def _reads_and_review(client: object, home: Path, local: LocalRuns) -> Non
     assert result.report is not None and result.report.suggestions, result.report
     history = await client.get_workflow_handle(result.run_id).fetch_history()  # type: ignore[attr-defined]
     (HERE / "reads_and_review.json").write_text(history.to_json())
+
+
+async def _handoff_in_turn(client: object, home: Path, local: LocalRuns) -> None:
+    """Handoffs stored by the turns that submit them (JSON, then Markdown); a malformed
+    submission repaired, its handoff written by `write_handoff`."""
+    fixed = {"output": {"summary": "fixed"}, "assistant_message": "fixed"}
+    write_scripted_settings(
+        home,
+        {
+            "first": [{"submit": {"summary": "first"}}],
+            "brief": [{"submit": {"markdown": "# Handoff\n\n## Summary\nok\n"}, "say": "ok"}],
+            "last": [{"submit": {"wrong": 1}}],
+            "last__output_repair": [{"submit": {"repaired_arguments": fixed}}],
+        },
+    )
+    template = "# Handoff\n\n## Summary\n"
+    wf = make_workflow(
+        [
+            node("first"),
+            node("brief", handoff={"format": "markdown", "template": template}),
+            node("last"),
+        ],
+        [("first", "brief"), ("brief", "last")],
+        outputRepairModel="repair-model",
+    )
+    result = await local.run(wf, script=None)
+    assert result.status == "completed", result.status
+    history = await client.get_workflow_handle(result.run_id).fetch_history()  # type: ignore[attr-defined]
+    (HERE / "handoff_in_turn.json").write_text(history.to_json())
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
 from openflow.engine.subagents import snapshot_agents
 from openflow.paths import agents_path
-from openflow.settings import AppSettings, ProviderProfile, load_settings
+from openflow.settings import SETTINGS_FILE, AppSettings, ProviderProfile, load_settings
 
 if TYPE_CHECKING:
     from openflow.activities.tools.registry import ToolRegistry
@@ -46,6 +46,7 @@ class PrepareRunActivity:
     def __init__(self, files: RunFiles, tools: ToolRegistry | None) -> None:
         self.files = files
         self.tools = tools
+        self._settings: tuple[tuple[int, int, int], AppSettings] | None = None
 
     @activity.defn(name=c.ACTIVITY_PREPARE)
     async def prepare_run(self, inp: c.PrepareInput) -> c.PrepareResult:
@@ -91,15 +92,7 @@ class PrepareRunActivity:
                 for s in self.tools.specs("planning", plan_source=True)
                 if s.name == SEAL_TOOL
             ]
-        await asyncio.to_thread(
-            store.put_bytes, inp.run_id, CATALOG_KEY, json.dumps(catalog).encode()
-        )
-        await asyncio.to_thread(
-            store.put_bytes,
-            inp.run_id,
-            RUN_KEY,
-            json.dumps({"execution_dir": execution_dir}).encode(),
-        )
+        await asyncio.to_thread(self._keep_run, inp.run_id, catalog, execution_dir)
         return c.PrepareResult(
             workflow=wf,
             profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
@@ -117,8 +110,9 @@ class PrepareRunActivity:
     ) -> tuple[AppSettings, Workflow, dict[str, dict[str, Any]], str]:
         """The run's settings, its workflow with providers and models filled in, the profiles
         it keeps (stored, keys left out) and its execution folder (created)."""
-        settings = load_settings(self.files.home)
-        wf = inp.workflow.model_copy(deep=True)
+        settings = self.settings()
+        # The input is this activity's own (decoded from its payload): filled in in place.
+        wf = inp.workflow
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
         if not default:
             raise_app(
@@ -158,6 +152,27 @@ class PrepareRunActivity:
             inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode()
         )
         return settings, wf, profiles, execution_dir
+
+    def settings(self) -> AppSettings:
+        """settings.json, parsed again only when the file changes (read, never changed)."""
+        path = self.files.home / SETTINGS_FILE
+        try:
+            stat = path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size)
+        except FileNotFoundError:
+            stamp = (0, 0, -1)
+        known = self._settings
+        if known is not None and known[0] == stamp:
+            return known[1]
+        settings = load_settings(self.files.home)
+        self._settings = (stamp, settings)
+        return settings
+
+    def _keep_run(self, run_id: str, catalog: list[dict[str, Any]], execution_dir: str) -> None:
+        """Store the run's tool catalog and where it runs."""
+        store = self.files.store
+        store.put_bytes(run_id, CATALOG_KEY, json.dumps(catalog).encode())
+        store.put_bytes(run_id, RUN_KEY, json.dumps({"execution_dir": execution_dir}).encode())
 
     def _keep_context(self, run_id: str, wf: Workflow) -> None:
         """Store each large MCP content and leave its name in the node's snapshot."""

@@ -24,6 +24,7 @@ from openflow.activities.webhooks import webhook_refs
 from openflow.engine.errors import LimitExceeded, WorkflowFormatError
 from openflow.engine.limits import schema_limit_problem
 from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
+from openflow.engine.request import ToolSpec
 from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
 from openflow.engine.subagents import snapshot_agents
 from openflow.paths import agents_path
@@ -47,6 +48,8 @@ class PrepareRunActivity:
         self.files = files
         self.tools = tools
         self._settings: tuple[tuple[int, int, int], AppSettings] | None = None
+        self._builtin: tuple[tuple[str, ...], dict[str, ToolSpec], list[dict[str, Any]]] | None
+        self._builtin = None
 
     @activity.defn(name=c.ACTIVITY_PREPARE)
     async def prepare_run(self, inp: c.PrepareInput) -> c.PrepareResult:
@@ -59,8 +62,8 @@ class PrepareRunActivity:
         # Off the event loop (settings, provider SDK imports, the store), so the heartbeat
         # goes on however long they take on a loaded machine.
         settings, wf, profiles, execution_dir = await asyncio.to_thread(self._settle, inp)
-        builtin = tool_specs(self.tools)
-        catalog = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
+        builtin, entries = self._builtin_catalog()
+        catalog = list(entries)
         warnings: list[str] = []
         read_tools: list[str] = []
         if settings.mcp:
@@ -167,6 +170,17 @@ class PrepareRunActivity:
         settings = load_settings(self.files.home)
         self._settings = (stamp, settings)
         return settings
+
+    def _builtin_catalog(self) -> tuple[dict[str, ToolSpec], list[dict[str, Any]]]:
+        """The worker's built-in tools by name and as catalog entries, made again only when a
+        tool is registered (entries are read, never changed)."""
+        names = tuple(self.tools.names()) if self.tools is not None else ()
+        known = self._builtin
+        if known is None or known[0] != names:
+            builtin = tool_specs(self.tools)
+            entries = [builtin[n].model_dump(mode="json") for n in sorted(builtin)]
+            known = self._builtin = (names, builtin, entries)
+        return known[1], known[2]
 
     def _keep_run(self, run_id: str, catalog: list[dict[str, Any]], execution_dir: str) -> None:
         """Store the run's tool catalog and where it runs."""

@@ -403,6 +403,8 @@ class HistoryFacts:
     size: int
     activities: int
     wft_timeouts: int
+    #: Workflow tasks completed (each one an activation of the workflow on the worker).
+    workflow_tasks: int
     start_to_first_ms: float  # ours: to the first model turn; bare: to the second activity
     start_to_end_ms: float
 
@@ -449,6 +451,9 @@ async def history_facts(client: Client, run_id: str, ours: bool) -> HistoryFacts
         size=size,
         activities=len(scheduled),
         wft_timeouts=timeouts,
+        workflow_tasks=sum(
+            1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        ),
         start_to_first_ms=to_first,
         start_to_end_ms=(ended - started).total_seconds() * 1000,
     )
@@ -506,6 +511,7 @@ async def throughput(bench: Bench, side: str, n: int, out: Figures) -> None:
             "runs/s": n / elapsed,
             "activities/s": acts / elapsed,
             "activities a run": acts / n,
+            "workflow tasks a run": sum(f.workflow_tasks for f in facts) / n,
             "worker CPU ms/run": worker_s * 1000 / n,
             "server CPU ms/run": server_s * 1000 / n,
             "history bytes/run": sum(f.size for f in facts) / n,

@@ -25,8 +25,10 @@ class OmitDefaults(BaseModel):
         if not isinstance(data, dict):
             return data
         for name, keys, default, field in _optional_fields(type(self)):
-            key = next((k for k in keys if k in data), None)
-            if key is None:
+            for key in keys:
+                if key in data:
+                    break
+            else:
                 continue
             if default is _UNSET:
                 default = field.get_default(call_default_factory=True)

@@ -39,7 +39,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -232,6 +233,8 @@ class Bench:
     before: Path | None
     #: Variables for OpenFlow's workers (`--env`), e.g. OPENFLOW_STICKY_TIMEOUT=1.
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: Where py-spy writes each measured worker's samples (`--profile DIR`), or nowhere.
+    profile: Path | None = None
 
     def worker(self, side: str, queue: str, cap: int | None = None) -> WorkerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENFLOW_", "TEMPORAL_"))}
@@ -261,10 +264,34 @@ class Bench:
         async with self.worker(side, queue, cap) as proc:
             await self.warm_up(side, queue)
             worker0, server0 = proc_cpu_s(proc.pid), proc_cpu_s(self.server_pid)
-            result = await work(queue, proc)
+            with self.profiling(side, proc.pid):
+                result = await work(queue, proc)
             worker_s = proc_cpu_s(proc.pid) - worker0
             server_s = proc_cpu_s(self.server_pid) - server0
         return result, worker_s, server_s, proc
+
+    @contextmanager
+    def profiling(self, side: str, pid: int) -> Iterator[None]:
+        """With `--profile DIR`, py-spy samples the worker while it works (it costs the worker
+        some CPU, so a profiled run's figures are not the ones to compare)."""
+        if self.profile is None:
+            yield
+            return
+        self.profile.mkdir(parents=True, exist_ok=True)
+        out = self.profile / f"{side}-{pid}.txt"
+        argv = ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--gil"]
+        spy = subprocess.Popen(
+            [*argv, "--nonblocking", "-o", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            yield
+        finally:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
+            if out.exists():
+                print(profile_summary(out), flush=True)
 
     async def warm_up(self, side: str, queue: str) -> None:
         if side == "bare":
@@ -282,6 +309,31 @@ class Bench:
             fn, arg, id=f"bare-{uuid.uuid4()}", task_queue=queue
         )
         return await handle.result()
+
+
+def profile_summary(path: Path, top: int = 40) -> str:
+    """The functions py-spy saw most, by samples spent in them (self) and under them (total)."""
+    own: dict[str, int] = {}
+    under: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            under[frame] = under.get(frame, 0) + n
+    lines = [f"{path.name}: {total} samples", "  self%  total%  function"]
+    for frame, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {100 * n / total:5.1f}  {100 * under[frame] / total:5.1f}  {frame}")
+    lines.append("  by total:")
+    for frame, n in sorted(under.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {100 * own.get(frame, 0) / total:5.1f}  {100 * n / total:5.1f}  {frame}")
+    path.with_suffix(".top").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines[:12])
 
 
 # --- OpenFlow's side ---------------------------------------------------------------------
@@ -402,6 +454,8 @@ class HistoryFacts:
     size: int
     activities: int
     wft_timeouts: int
+    #: Workflow tasks completed (each one an activation of the workflow on the worker).
+    workflow_tasks: int
     start_to_first_ms: float  # ours: to the first model turn; bare: to the second activity
     start_to_end_ms: float
 
@@ -448,6 +502,9 @@ async def history_facts(client: Client, run_id: str, ours: bool) -> HistoryFacts
         size=size,
         activities=len(scheduled),
         wft_timeouts=timeouts,
+        workflow_tasks=sum(
+            1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        ),
         start_to_first_ms=to_first,
         start_to_end_ms=(ended - started).total_seconds() * 1000,
     )
@@ -505,6 +562,7 @@ async def throughput(bench: Bench, side: str, n: int, out: Figures) -> None:
             "runs/s": n / elapsed,
             "activities/s": acts / elapsed,
             "activities a run": acts / n,
+            "workflow tasks a run": sum(f.workflow_tasks for f in facts) / n,
             "worker CPU ms/run": worker_s * 1000 / n,
             "server CPU ms/run": server_s * 1000 / n,
             "history bytes/run": sum(f.size for f in facts) / n,
@@ -740,6 +798,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 home=home,
                 before=args.before,
                 extra_env=dict(item.split("=", 1) for item in args.env),
+                profile=args.profile,
             )
             sides = ["bare", "ours"] + (["before"] if args.before else [])
             results: dict[str, list[Figures]] = {s: [] for s in sides}
@@ -804,6 +863,9 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="KEY=VALUE",
         help="a variable for OpenFlow's workers, e.g. OPENFLOW_STICKY_TIMEOUT=1 (repeatable)",
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="sample each worker with py-spy; samples and tops go here"
     )
     parser.add_argument("--serve-bare", nargs=3, metavar=("ADDRESS", "QUEUE", "CAP"))
     args = parser.parse_args(argv)

@@ -625,15 +625,39 @@ def runtime_settings(
     `only` names the fields to read (the others keep their defaults), so a part of the package
     that needs one variable is not stopped by a bad one it never uses; the CLI checks them all
     before any command runs. Raises SettingsError naming the first bad variable, its value
-    (unless it may carry a secret) and what to give instead.
+    (unless it may carry a secret) and what to give instead. The settings answered are shared
+    between the callers that read the same variables: read them, do not change them.
     """
+    fields = tuple(RuntimeSettings.model_fields if only is None else only)
+    source = os.environ if env is None else env
+    given = (
+        None
+        if env is None and only is None
+        else tuple((name, source.get(_PREFIX + name.upper(), "")) for name in fields)
+    )
+    # The same variables read the same: an activity that asks on every call (a model turn's
+    # span asks whether it may carry text) is not charged a settings model each time.
+    # (Unset fields read the process environment, and the default home reads HOME.)
+    process = sorted(
+        kv for kv in os.environ.items() if kv[0] == "HOME" or kv[0].upper().startswith(_PREFIX)
+    )
+    key = (given, tuple(process))
+    read = _read.get(key)
+    if read is None:
+        read = _read_settings(env, given)
+        if len(_read) >= _READ_LIMIT:
+            _read.clear()
+        _read[key] = read
+    return read
+
+
+def _read_settings(
+    env: Mapping[str, str] | None, given: tuple[tuple[str, str], ...] | None
+) -> RuntimeSettings:
     try:
-        if env is None and only is None:
+        if given is None:
             return RuntimeSettings()
-        source = os.environ if env is None else env
-        fields = RuntimeSettings.model_fields if only is None else only
-        values = {name: source.get(_PREFIX + name.upper(), "") for name in fields}
-        return RuntimeSettings.model_validate({k: v for k, v in values.items() if v})
+        return RuntimeSettings.model_validate({k: v for k, v in given if v})
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         field = str(error["loc"][0]) if error["loc"] else ""
@@ -645,6 +669,9 @@ def runtime_settings(
 
 
 _PREFIX = "OPENFLOW_"
+#: The settings read so far, by what they were read from (at most this many kept).
+_read: dict[Any, RuntimeSettings] = {}
+_READ_LIMIT = 64
 _NOT_SHOWN = frozenset({"ui_url", "api_url", "database_url", "api_keys"})
 
 

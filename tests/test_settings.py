@@ -48,3 +48,16 @@ def test_secrets_in_variables_stay_out_of_repr_and_errors() -> None:
     with pytest.raises(SettingsError) as caught:
         runtime_settings({**env, "OPENFLOW_UI_URL": "ftp://user:pw@host"})
     assert "pw" not in str(caught.value)
+
+
+def test_a_variable_changed_in_the_process_is_read_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENFLOW_TRACE_CONTENT", "0")
+    assert runtime_settings(only=("trace_content",)).trace_content is False
+    assert runtime_settings(only=("trace_content",)).trace_content is False
+    monkeypatch.setenv("OPENFLOW_TRACE_CONTENT", "1")
+    assert runtime_settings(only=("trace_content",)).trace_content is True
+    monkeypatch.setenv("OPENFLOW_TOOL_BUDGET", "lots")
+    with pytest.raises(SettingsError, match="OPENFLOW_TOOL_BUDGET"):
+        runtime_settings()
+    monkeypatch.setenv("OPENFLOW_TOOL_BUDGET", "3")
+    assert runtime_settings().tool_budget == 3

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
+from contextvars import ContextVar
 from typing import TypeVar
 
 from temporalio import activity
@@ -12,29 +12,36 @@ from temporalio import activity
 HEARTBEAT_EVERY_S = 0.5
 T = TypeVar("T")
 
+#: Whether the activity running here already heartbeats (an outer `heartbeating`).
+_beating: ContextVar[bool] = ContextVar("openflow_heartbeating", default=False)
+
 
 async def heartbeating(work: Awaitable[T], every_s: float = HEARTBEAT_EVERY_S) -> T:
     """Await `work` while heartbeating.
 
-    Outside an activity (the activities called as plain methods) it only awaits `work`.
+    Outside an activity (the activities called as plain methods) it only awaits `work`, and
+    inside an outer `heartbeating` too: that one beats already.
     """
-    if not activity.in_activity():
+    if not activity.in_activity() or _beating.get():
         return await work
+    # The heartbeat timeout counts from the start, so a short call never needs a heartbeat
+    # (one RPC saved per turn); a long one beats every `every_s` seconds. A timer of the
+    # event loop, not a task: no task to start, cancel and wait out on every call.
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None
 
-    async def beat() -> None:
-        # The heartbeat timeout counts from the start, so a short call never needs a heartbeat
-        # (one RPC saved per turn); a long one beats every `every_s` seconds.
-        while True:
-            await asyncio.sleep(every_s)
-            activity.heartbeat()
+    def beat() -> None:
+        nonlocal timer
+        activity.heartbeat()
+        timer = loop.call_later(every_s, beat)
 
-    beater = asyncio.create_task(beat())
+    token = _beating.set(True)
+    timer = loop.call_later(every_s, beat)
     try:
         return await work
     finally:
-        beater.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await beater
+        timer.cancel()
+        _beating.reset(token)
 
 
 __all__ = ["HEARTBEAT_EVERY_S", "heartbeating"]

@@ -29,7 +29,7 @@ from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
 from openflow.engine.subagents import snapshot_agents
 from openflow.paths import agents_path
-from openflow.settings import AppSettings, ProviderProfile, load_settings
+from openflow.settings import SETTINGS_FILE, AppSettings, ProviderProfile, load_settings
 
 if TYPE_CHECKING:
     from openflow.activities.tools.registry import ToolRegistry
@@ -49,6 +49,7 @@ class PrepareRunActivity:
         self.files = files
         self.tools = tools
         self._builtin: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        self._settings: tuple[tuple[int, int, int], AppSettings] | None = None
 
     def builtin_catalog(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The worker's own tools as the catalog lists them, and the seal tool's entry (which
@@ -195,7 +196,7 @@ class PrepareRunActivity:
     ) -> tuple[AppSettings, Workflow, dict[str, dict[str, Any]]]:
         """The run's settings, its workflow with providers and models filled in, and the
         profiles it keeps (keys left out)."""
-        settings = load_settings(self.files.home)
+        settings = self.settings()
         wf = inp.workflow.model_copy(deep=True)
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
         if not default:
@@ -232,6 +233,21 @@ class PrepareRunActivity:
             if prof is not None and not agent.model.strip():
                 agent.model = prof.default_model
         return settings, wf, profiles
+
+    def settings(self) -> AppSettings:
+        """settings.json, parsed again only when the file changes (read, never changed)."""
+        path = self.files.home / SETTINGS_FILE
+        try:
+            stat = path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size)
+        except FileNotFoundError:
+            stamp = (0, 0, -1)
+        known = self._settings
+        if known is not None and known[0] == stamp:
+            return known[1]
+        settings = load_settings(self.files.home)
+        self._settings = (stamp, settings)
+        return settings
 
     def _keep_context(self, run_id: str, wf: Workflow) -> None:
         """Store each large MCP content and leave its name in the node's snapshot."""

@@ -132,9 +132,11 @@ def append(
     step: Step, seat: Seat, item: TranscriptItem, origin: StoredItemRef | None = None
 ) -> None:
     conv = conversation(step, seat)
-    update_conversation(
-        step, seat, transcript=[*conv.transcript, item], origins=[*conv.origins, origin]
-    )
+    transcript = [*conv.transcript, item]
+    known = _known(conv.transcript)
+    if known is not None:
+        _remember(known.then(item, transcript))
+    update_conversation(step, seat, transcript=transcript, origins=[*conv.origins, origin])
 
 
 def add_result(
@@ -170,11 +172,79 @@ def add_result(
     )
 
 
+@dataclass(frozen=True)
+class _Calls:
+    """What one transcript list's tool calls come to: the calls no result of the list answers
+    (in transcript order), and the ids its results answer (`settled | recent`).
+
+    A step works out the next list's from this one as it appends (`then`), so a turn costs
+    what it adds, not the length of the conversation."""
+
+    #: The list described, held so that its id stays its own while it is remembered.
+    transcript: Sequence[TranscriptItem]
+    open: tuple[ToolCall, ...]
+    settled: frozenset[str]
+    recent: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, transcript: Sequence[TranscriptItem]) -> _Calls:
+        done = frozenset(
+            item.result.tool_call_id for item in transcript if isinstance(item, ToolResultItem)
+        )
+        open_calls = tuple(
+            item.call
+            for item in transcript
+            if isinstance(item, ToolCallItem) and item.call.id not in done
+        )
+        return cls(transcript, open_calls, done)
+
+    def answers(self, call_id: str) -> bool:
+        return call_id in self.recent or call_id in self.settled
+
+    def then(self, item: TranscriptItem, transcript: Sequence[TranscriptItem]) -> _Calls:
+        """The same for `transcript`, which is this list with `item` appended."""
+        if isinstance(item, ToolResultItem):
+            call_id = item.result.tool_call_id
+            open_calls = tuple(c for c in self.open if c.id != call_id)
+            recent = self.recent | {call_id}
+            if len(recent) > _RECENT:
+                return _Calls(transcript, open_calls, self.settled | recent)
+            return _Calls(transcript, open_calls, self.settled, recent)
+        if isinstance(item, ToolCallItem) and not self.answers(item.call.id):
+            return _Calls(transcript, (*self.open, item.call), self.settled, self.recent)
+        return _Calls(transcript, self.open, self.settled, self.recent)
+
+
+#: How many answered ids `_Calls` adds before folding them into one set (copied then).
+_RECENT = 32
+#: The transcript lists whose `_Calls` are known, by identity. Only a step's speed depends on
+#: it: `_calls` gives what a scan of the list gives. Lists are never changed in place (a change
+#: replaces the list), and each entry holds its list, so an id cannot be reused while it is here.
+_KNOWN: dict[int, _Calls] = {}
+_KNOWN_MAX = 64
+
+
+def _known(transcript: Sequence[TranscriptItem]) -> _Calls | None:
+    found = _KNOWN.get(id(transcript))
+    return found if found is not None and found.transcript is transcript else None
+
+
+def _remember(calls: _Calls) -> _Calls:
+    if len(_KNOWN) >= _KNOWN_MAX:
+        _KNOWN.clear()
+    _KNOWN[id(calls.transcript)] = calls
+    return calls
+
+
+def _calls(conv: Conversation) -> _Calls:
+    known = _known(conv.transcript)
+    return known if known is not None else _remember(_Calls.of(conv.transcript))
+
+
 def answered(conv: Conversation) -> set[str]:
     """The ids of the calls the transcript holds a result for."""
-    return {
-        item.result.tool_call_id for item in conv.transcript if isinstance(item, ToolResultItem)
-    }
+    known = _calls(conv)
+    return set(known.settled | known.recent)
 
 
 def close_open(
@@ -185,22 +255,16 @@ def close_open(
     `calls` limits it to those calls; otherwise every call of the transcript is looked at,
     except the calls still queued and the call a running subagent answers.
     """
-    conv = conversation(step, seat)
-    done = answered(conv)
+    known = _calls(conversation(step, seat))
     if calls is None:
         pending = {c.id for b in step.node_batches(seat.node_id) for c in b.calls}
         child = step.s.nodes[seat.node_id].child
         if child is not None:
             pending.add(child.call.id)
-        calls = [
-            item.call
-            for item in conv.transcript
-            if isinstance(item, ToolCallItem)
-            and item.call.id not in done
-            and item.call.id not in pending
-        ]
+        calls = [call for call in known.open if call.id not in pending]
+    done: set[str] = set()
     for call in calls:
-        if call.id not in done:
+        if call.id not in done and not known.answers(call.id):
             done.add(call.id)
             add_result(step, seat, call, content, is_error=True)
 

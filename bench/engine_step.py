@@ -10,7 +10,7 @@ the figures are the median step around `--short` and `--long` items.
     python -m bench.engine_step --before /tmp/old-checkout   # the same, old code side by side
 
 `--before` runs this script again with `PYTHONPATH` pointing at another checkout (an older
-commit, say) and prints both.
+commit, say), its rounds alternating with this checkout's, and prints both.
 """
 
 from __future__ import annotations
@@ -164,6 +164,22 @@ def measure(turns: int, short: int, long: int, rounds: int) -> dict[str, float]:
     return {"short": min(shorts), "long": min(longs)}
 
 
+def _measure_in(checkout: Path, args: argparse.Namespace) -> dict[str, float]:
+    """One round of this script's figures with `checkout`'s engine, in a process of its own."""
+    forwarded = ["--turns", str(args.turns), "--short", str(args.short)]
+    forwarded += ["--long", str(args.long), "--rounds", "1", "--json"]
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *forwarded],
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+        cwd=checkout,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    figures: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=260, help="tool turns in the run")
@@ -175,28 +191,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.turns < 1 or args.rounds < 1 or not 0 < args.short < args.long:
         parser.error("--turns and --rounds must be positive and 0 < --short < --long")
-    mine = measure(args.turns, args.short, args.long, args.rounds)
-    if args.json:
-        print(json.dumps(mine))
-        return 0
-    rows = [("this checkout", mine)]
-    if args.before:
+    if args.json or not args.before:
+        mine = measure(args.turns, args.short, args.long, args.rounds)
+        if args.json:
+            print(json.dumps(mine))
+            return 0
+        rows = [("this checkout", mine)]
+    else:
         before = Path(args.before).resolve()
         if not (before / "openflow" / "engine").is_dir():
             parser.error(f"--before {before}: no openflow/engine there")
-        forwarded = ["--turns", str(args.turns), "--short", str(args.short)]
-        forwarded += ["--long", str(args.long), "--rounds", str(args.rounds), "--json"]
-        env = {**os.environ, "PYTHONPATH": str(before)}
-        out = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), *forwarded],
-            env=env,
-            cwd=before,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        rows.insert(0, (f"before ({before})", json.loads(out.strip().splitlines()[-1])))
-    print(f"CPU per engine step (µs, best of {args.rounds} medians):")
+        # Rounds alternate between the two checkouts, so a busy machine slows both alike.
+        sides = {f"before ({before})": before, "this checkout": ROOT}
+        seen: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
+        for _ in range(args.rounds):
+            for name, checkout in sides.items():
+                seen[name].append(_measure_in(checkout, args))
+        rows = [
+            (name, {k: min(r[k] for r in runs) for k in ("short", "long")})
+            for name, runs in seen.items()
+        ]
+    print(f"CPU per engine step (µs, the best of {args.rounds} rounds' medians):")
     print(f"{'':<40} {args.short:>6} items {args.long:>6} items   long/short")
     for name, row in rows:
         ratio = row["long"] / row["short"]

@@ -11,6 +11,7 @@ nudges and their caps) is in `turn` for nodes and `subagents` for subagents.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -108,9 +109,13 @@ def update_conversation(step: Step, seat: Seat, **changes: Any) -> Conversation:
     conv = conversation(step, seat)
     if all(getattr(conv, name) is value for name, value in changes.items()):
         return conv
-    conv = conv.model_copy(update=changes)
-    put(step, seat, conv)
-    return conv
+    new = conv.model_copy(update=changes)
+    if "transcript" not in changes:
+        known = _known(conv)
+        if known is not None:
+            _remember(new, known)
+    put(step, seat, new)
+    return new
 
 
 def child_seat(step: Step, node_id: str) -> Seat | None:
@@ -132,9 +137,12 @@ def append(
     step: Step, seat: Seat, item: TranscriptItem, origin: StoredItemRef | None = None
 ) -> None:
     conv = conversation(step, seat)
-    update_conversation(
+    known = _known(conv)
+    conv = update_conversation(
         step, seat, transcript=[*conv.transcript, item], origins=[*conv.origins, origin]
     )
+    if known is not None:
+        _remember(conv, known.then(item))
 
 
 def add_result(
@@ -170,11 +178,99 @@ def add_result(
     )
 
 
+@dataclass(frozen=True)
+class _Calls:
+    """What a transcript's tool calls come to: the calls no result answers (in transcript
+    order), and the ids its results answer (`settled | recent`).
+
+    A step works out a new transcript's from the one it appends to (`then`), so a turn
+    costs what it adds, not the length of the conversation."""
+
+    open: tuple[ToolCall, ...]
+    settled: frozenset[str]
+    recent: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, transcript: Sequence[TranscriptItem]) -> _Calls:
+        done = frozenset(
+            item.result.tool_call_id for item in transcript if isinstance(item, ToolResultItem)
+        )
+        open_calls = tuple(
+            item.call
+            for item in transcript
+            if isinstance(item, ToolCallItem) and item.call.id not in done
+        )
+        return cls(open_calls, done)
+
+    def answers(self, call_id: str) -> bool:
+        return call_id in self.recent or call_id in self.settled
+
+    def then(self, item: TranscriptItem) -> _Calls:
+        """The same for the transcript with `item` appended."""
+        if isinstance(item, ToolResultItem):
+            call_id = item.result.tool_call_id
+            open_calls = tuple(c for c in self.open if c.id != call_id)
+            recent = self.recent | {call_id}
+            if len(recent) > _RECENT:
+                return _Calls(open_calls, self.settled | recent)
+            return _Calls(open_calls, self.settled, recent)
+        if isinstance(item, ToolCallItem) and not self.answers(item.call.id):
+            return _Calls((*self.open, item.call), self.settled, self.recent)
+        return self
+
+
+#: How many answered ids `_Calls` adds before folding them into one set (copied then).
+_RECENT = 32
+
+
+class _Known(weakref.ref[Conversation]):
+    """A conversation's `_Calls`, kept while the conversation lives (a weak reference)."""
+
+    __slots__ = ("key", "calls")
+
+    def __new__(cls, conv: Conversation, calls: _Calls) -> _Known:
+        return super().__new__(cls, conv, _forget)
+
+    def __init__(self, conv: Conversation, calls: _Calls) -> None:
+        # `weakref.ref.__init__` does nothing `__new__` has not done.
+        self.key = id(conv)
+        self.calls = calls
+
+
+#: The `_Calls` of live conversations, by identity: only a step's speed depends on it, since
+#: what it holds is what a scan of the transcript gives. A conversation is frozen (a change
+#: is a new one), and its entry goes when it does, so memory and answers are as without it.
+_KNOWN: dict[int, _Known] = {}
+
+
+def _forget(ref: weakref.ref[Conversation]) -> None:
+    """A conversation went: its entry goes too (called back by its weak reference)."""
+    key = getattr(ref, "key", None)
+    if key is not None and _KNOWN.get(key) is ref:
+        _KNOWN.pop(key, None)
+
+
+def _known(conv: Conversation) -> _Calls | None:
+    found = _KNOWN.get(id(conv))
+    return found.calls if found is not None and found() is conv else None
+
+
+def _remember(conv: Conversation, calls: _Calls) -> _Calls:
+    _KNOWN[id(conv)] = _Known(conv, calls)
+    return calls
+
+
+def _calls(conv: Conversation) -> _Calls:
+    """The conversation's `_Calls`: remembered, or worked out once from its transcript (a
+    snapshot read back from history, a transcript rewritten or trimmed)."""
+    known = _known(conv)
+    return known if known is not None else _remember(conv, _Calls.of(conv.transcript))
+
+
 def answered(conv: Conversation) -> set[str]:
     """The ids of the calls the transcript holds a result for."""
-    return {
-        item.result.tool_call_id for item in conv.transcript if isinstance(item, ToolResultItem)
-    }
+    known = _calls(conv)
+    return set(known.settled | known.recent)
 
 
 def close_open(
@@ -185,22 +281,16 @@ def close_open(
     `calls` limits it to those calls; otherwise every call of the transcript is looked at,
     except the calls still queued and the call a running subagent answers.
     """
-    conv = conversation(step, seat)
-    done = answered(conv)
+    known = _calls(conversation(step, seat))
     if calls is None:
         pending = {c.id for b in step.node_batches(seat.node_id) for c in b.calls}
         child = step.s.nodes[seat.node_id].child
         if child is not None:
             pending.add(child.call.id)
-        calls = [
-            item.call
-            for item in conv.transcript
-            if isinstance(item, ToolCallItem)
-            and item.call.id not in done
-            and item.call.id not in pending
-        ]
+        calls = [call for call in known.open if call.id not in pending]
+    done: set[str] = set()
     for call in calls:
-        if call.id not in done:
+        if call.id not in done and not known.answers(call.id):
             done.add(call.id)
             add_result(step, seat, call, content, is_error=True)
 

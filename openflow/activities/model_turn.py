@@ -133,7 +133,9 @@ class ModelTurnActivity:
         self.live = live
         self.transcripts = transcripts if transcripts is not None else Transcripts(files)
         self._headers: Lru[tuple[str, str], AgentRequest] = Lru(256)
-        self._catalogs: Lru[str, dict[str, ToolSpec]] = Lru(256)
+        #: Each catalog's specs by name, keyed by the catalog (which `RunFiles` shares between
+        #: the runs that stored the same one), so runs of one workflow share them too.
+        self._catalogs: Lru[int, tuple[object, dict[str, ToolSpec]]] = Lru(64)
         self._parts: Lru[str, dict[str, object]] = Lru(256)
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
@@ -263,7 +265,9 @@ class ModelTurnActivity:
         parts = self._parts.get(run_id)
         if parts is None:
             try:
-                parts = json.loads(self.files.store.get_bytes(run_id, c.HEADER_PARTS_KEY))
+                parts = self.files.shared_json(
+                    self.files.store.get_bytes(run_id, c.HEADER_PARTS_KEY)
+                )
             except ValueError as exc:
                 raise KeyNotFound(f"{c.HEADER_PARTS_KEY} cannot be read: {exc}") from exc
             if not isinstance(parts, dict):
@@ -293,14 +297,16 @@ class ModelTurnActivity:
         """The specs of the tools a request offers, from the catalog the run froze at start."""
         if not names:
             return []
-        by_name = self._catalogs.get(run_id)
-        if by_name is None:
-            catalog = self.files.json_file(run_id, CATALOG_KEY)
-            if not isinstance(catalog, list):
-                specs = tool_specs(self.batches.tools).values()
-                catalog = [s.model_dump(mode="json") for s in specs]
-            by_name = {spec["name"]: ToolSpec.model_validate(spec) for spec in catalog}
-            self._catalogs.put(run_id, by_name)
+        catalog = self.files.json_file(run_id, CATALOG_KEY)
+        if not isinstance(catalog, list):
+            specs = tool_specs(self.batches.tools).values()
+            catalog = [s.model_dump(mode="json") for s in specs]
+        # The entry holds its catalog, so no other object takes the catalog's id while it lasts.
+        kept = self._catalogs.get(id(catalog))
+        if kept is None or kept[0] is not catalog:
+            kept = (catalog, {spec["name"]: ToolSpec.model_validate(spec) for spec in catalog})
+            self._catalogs.put(id(catalog), kept)
+        by_name = kept[1]
         return [by_name[n] for n in names if n in by_name]
 
     # --- reads run with the reply -------------------------------------------------------

@@ -44,6 +44,9 @@ class RunFiles:
         self.store = store
         self.env = dict(env if env is not None else os.environ)
         self._files: Lru[tuple[str, str], Any] = Lru()
+        #: What those files hold, by content: runs of one workflow store the same catalog and
+        #: profiles, so a worker holding hundreds of them keeps one parsed copy.
+        self._contents: Lru[bytes, Any] = Lru(64)
         self._batches: Lru[tuple[str, str], bytes] = Lru(64)
         self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
 
@@ -78,10 +81,19 @@ class RunFiles:
         if cached is not None:
             return cached
         try:
-            data = json.loads(self.store.get_bytes(run_id, key))
+            data = self.shared_json(self.store.get_bytes(run_id, key))
         except FileNotFoundError:
             return None
         self._files.put((run_id, key), data)
+        return data
+
+    def shared_json(self, raw: bytes) -> Any:
+        """`raw` parsed, the same object for every run that stored the same bytes (callers
+        read it and never change it)."""
+        data = self._contents.get(raw)
+        if data is None:
+            data = json.loads(raw)
+            self._contents.put(raw, data)
         return data
 
     def keep_batch(self, run_id: str, key: str, data: bytes) -> None:

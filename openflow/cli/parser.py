@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         (
             "--workflow-cache",
             "OPENFLOW_WORKFLOW_CACHE",
-            "runs kept in memory between steps (default 2000)",
+            "runs kept in memory between steps (default 5000)",
         ),
     ):
         worker.add_argument(flag, metavar="N", help=f"{what}; also ${variable}")

@@ -209,6 +209,7 @@ class OpenFlowRun:
                 limits=workflow.patched(INPUT_LIMITS),
                 budget=inp.budget,
             )
+            del prepared  # a run waits for months: nothing of its start is kept but the plan
         else:
             self._profiles = inp.profiles or {}
             self._active_provider = inp.active_provider or "scripted"
@@ -223,6 +224,8 @@ class OpenFlowRun:
                 # What the execution before told of already.
                 self._notices.paused = notices.pause_keys(inp.snapshot)
         self._apply(plan, list(inp.pending_intents))
+        # The first plan's intents (a whole request header) and snapshot are not kept either.
+        del plan
         while not self._finished():
             try:
                 if self._deferred is not None:

@@ -10,6 +10,7 @@ import pytest
 
 from openflow import contracts as c
 from openflow.activities import tools_runner
+from openflow.activities.run_files import CATALOG_KEY
 from openflow.activities.store import KeyNotFound
 from openflow.engine.request import AgentRequest, ModelReply, UsageReport
 from openflow.engine.state import StoredItemRef, TranscriptDelta
@@ -274,3 +275,24 @@ def test_a_header_by_reference_is_put_back_from_the_stored_parts(acts: Activitie
     assert other is not None
     with pytest.raises(KeyNotFound):
         acts.model_turn.prepare(turn.model_copy(update={"header_refs": other}))
+
+
+def test_runs_that_stored_the_same_catalog_share_its_specs(tmp_path: Path) -> None:
+    """A worker holding many runs of one workflow keeps one copy of their catalog."""
+    acts = make_activities(tmp_path, provider_factory=None)
+    catalog = json.dumps(
+        [{"name": "read", "description": "Read a file.", "parameters": {}}]
+    ).encode()
+    for run_id in ("run-a", "run-b"):
+        acts.files.store.put_bytes(run_id, CATALOG_KEY, catalog)
+    a = acts.model_turn.offered("run-a", ("read",))
+    b = acts.model_turn.offered("run-b", ("read",))
+    assert [s.name for s in a] == ["read"] and a[0] is b[0]
+    assert acts.files.json_file("run-a", CATALOG_KEY) is acts.files.json_file("run-b", CATALOG_KEY)
+    # A run whose catalog differs gets its own.
+    other = json.dumps(
+        [{"name": "read", "description": "Read a file, briefly.", "parameters": {}}]
+    ).encode()
+    acts.files.store.put_bytes("run-c", CATALOG_KEY, other)
+    (c_spec,) = acts.model_turn.offered("run-c", ("read",))
+    assert c_spec.description == "Read a file, briefly."

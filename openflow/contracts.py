@@ -33,7 +33,7 @@ from openflow.engine.state import (
     TranscriptDelta,
 )
 from openflow.engine.transcript import Attachment, ToolCall
-from openflow.engine.wire import OmitDefaults
+from openflow.engine.wire import OmitDefaults, without_defaults
 
 WORKFLOW_NAME = "OpenFlowRun"
 ACTIVITY_PREPARE = "prepare_run"
@@ -131,6 +131,11 @@ class RunInput(OmitDefaults, _Model):
     #: The run's own budget, over the workflow's `settings.budget` field by field.
     budget: Budget | None = None
 
+    @field_serializer("workflow", mode="wrap")
+    def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
+        """The workflow without its fields at their defaults (they read back as them)."""
+        return handler(value) if value is None else without_defaults(value, handler(value))
+
 
 class RunResult(_Model):
     run_id: str
@@ -144,6 +149,11 @@ class PrepareInput(OmitDefaults, _Model):
     workflow: Workflow
     project_dir: str | None = None
     provider_id: str | None = None
+
+    @field_serializer("workflow", mode="wrap")
+    def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
+        """The workflow without its fields at their defaults (they read back as them)."""
+        return handler(value) if value is None else without_defaults(value, handler(value))
 
 
 class PrepareResult(OmitDefaults, _Model):

@@ -220,6 +220,10 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: whole), and the references to them.
     header_rest: AgentRequest | None = None
     header_refs: HeaderRefs | None = None
+    #: The digest of the node's header set the run's start stored (`engine.headers.header_set`):
+    #: with it, only the header's `input` travels (`header_input`), not `header_rest`.
+    header_set: str = ""
+    header_input: dict[str, Any] | None = None
     delta: TranscriptDelta
     provider_id: str
     profile: dict[str, Any] = Field(default_factory=dict)

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow.activities.write_handoff import WriteHandoffActivity
     from openflow.engine.advance import eager_tools
     from openflow.engine.display import model_summary, tools_summary
-    from openflow.engine.headers import by_reference
+    from openflow.engine.headers import by_reference, header_set, part_digest
     from openflow.engine.request import AgentRequest, ProviderFailure
     from openflow.engine.spec import template_headings
     from openflow.engine.state import (
@@ -145,10 +145,18 @@ async def model_turn(
     sent: AgentRequest | None = None
     rest: AgentRequest | None = None
     refs = None
+    stored_set = ""
     if digest not in headers_sent:
         sent, refs = by_reference(header, parts or ())
         if refs is not None:
             sent, rest = None, sent
+            # The node's whole header set stored: one reference and the input travel.
+            found = part_digest(header_set(rest, refs))
+            if parts and found in parts:
+                stored_set = found
+    set_input = rest.input if stored_set and rest is not None else None
+    if stored_set:
+        rest, refs = None, None
     eager = (
         eager_tools(snapshot, intent.node_id, request.tool_names)
         if intent.purpose == "node"
@@ -163,6 +171,8 @@ async def model_turn(
         header=sent,
         header_rest=rest,
         header_refs=refs,
+        header_set=stored_set,
+        header_input=set_input,
         delta=intent.delta,
         provider_id=request.provider_id or provider_id,
         eager=bool(eager),

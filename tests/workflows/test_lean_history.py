@@ -42,11 +42,10 @@ async def test_a_nodes_first_call_carries_no_system_prompt_or_tools(harness: Har
     # The second node's first call names its prompt, tools and schema instead of carrying them.
     assert size < 2000 < len(LONG_PROMPT)
     assert LONG_PROMPT.strip() not in json.dumps(check)
-    # The header travels without them, where a worker that knows nothing of parts finds none.
-    assert "header" not in check
-    header = check["header_rest"]
-    assert not header.get("system_messages") and not header.get("harness_tools")
-    assert check["header_refs"]["system_messages"] and check["header_refs"]["harness_tools"]
+    # The header travels without them, where a worker that knows nothing of parts finds none:
+    # one reference to the node's stored header set, and the call's input.
+    assert "header" not in check and "header_rest" not in check
+    assert check["header_set"] and "upstream" in check["header_input"]
     for _, value in turns:
         inline = (value.get("header_rest") or {}).get("system_messages") or []
         assert all(len(m) < MIN_PART_BYTES for m in inline), value["call_id"]
@@ -100,6 +99,6 @@ async def test_a_store_that_lost_the_parts_gets_the_header_inline(
     results = breakdown(history).of("model_turn result")
     assert any(value.get("refs_missing") for _, _, value in results)
     check = [v for _, v in _turn_inputs(history) if c.call_node(v["call_id"]) == "check"]
-    assert check[0].get("header_refs") and check[-1].get("header_refs") is None
+    assert check[0].get("header_set") and check[-1].get("header_set") is None
     assert any(LONG_PROMPT.strip() in m for m in check[-1]["header"]["system_messages"])
     await harness.replay(run_id)

@@ -102,3 +102,42 @@ async def test_a_store_that_lost_the_parts_gets_the_header_inline(
     assert check[0].get("header_set") and check[-1].get("header_set") is None
     assert any(LONG_PROMPT.strip() in m for m in check[-1]["header"]["system_messages"])
     await harness.replay(run_id)
+
+
+#: What a typical run's history may weigh against bare Temporal's with the same activities.
+MAX_RATIO = 4.0
+
+
+async def test_a_typical_runs_history_is_near_a_bare_workflows(
+    client: Client, task_queue: str, openflow_home: Path
+) -> None:
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+    from bench.floor import noop
+    from bench.scale import DAG_ACTIVITIES, DAG_LAYERS, BareDag, dag
+
+    harness = Harness(client, task_queue, openflow_home)
+    harness.script({}, exhausted="echo")
+    async with build_worker(client, task_queue, openflow_home):
+        run_id = await harness.start(dag(), entrypoint="bench")
+        result = await harness.result(run_id)
+    assert result.status == "completed", result
+    ours = await harness.handle(run_id).fetch_history()
+    # Bare Temporal's workflow: the same activities, one after another, a layer's at once.
+    queue = f"{task_queue}-bare"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[BareDag],
+        activities=[noop],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle = await client.start_workflow(
+            BareDag.run, DAG_LAYERS, id=f"bare-{run_id}", task_queue=queue
+        )
+        assert await handle.result() == DAG_ACTIVITIES
+    bare = await handle.fetch_history()
+    scheduled = [e for e in ours.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert len(scheduled) == DAG_ACTIVITIES
+    ratio = breakdown(ours).total / breakdown(bare).total
+    assert ratio <= MAX_RATIO, f"history is {ratio:.2f}x bare's"

@@ -6,6 +6,7 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -130,6 +131,9 @@ class RunInput(OmitDefaults, _Model):
     continuation: Continuation | None = None
     #: The run's own budget, over the workflow's `settings.budget` field by field.
     budget: Budget | None = None
+    #: The digest of `workflow` as its client stored it under `WORKFLOW_KEY` ("" when it did
+    #: not): `prepare_run` then reads it from the store instead of history.
+    workflow_stored: str = ""
 
     @field_serializer("workflow", mode="wrap")
     def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
@@ -145,10 +149,14 @@ class RunResult(_Model):
 
 
 class PrepareInput(OmitDefaults, _Model):
+    """A run's start. `workflow` is None when its client stored it (`workflow_stored`, the
+    digest of what is under `WORKFLOW_KEY`)."""
+
     run_id: str
-    workflow: Workflow
+    workflow: Workflow | None = None
     project_dir: str | None = None
     provider_id: str | None = None
+    workflow_stored: str = ""
 
     @field_serializer("workflow", mode="wrap")
     def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
@@ -181,6 +189,9 @@ class PrepareResult(OmitDefaults, _Model):
     #: The digests of the request header parts stored under `HEADER_PARTS_KEY`
     #: (`openflow.engine.headers`): calls send these by reference.
     header_parts: list[str] = Field(default_factory=list)
+    #: The stored workflow the input named is missing or not the one named: the run's start
+    #: is asked again with the workflow itself (nothing else in this result is filled in).
+    workflow_missing: bool = False
 
 
 def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
@@ -194,6 +205,14 @@ def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
 
 #: Where a run's start stores its request header parts, by digest.
 HEADER_PARTS_KEY = "header-parts.json"
+#: The run's workflow as its client started it (`RunInput.workflow_stored` names its digest),
+#: so `prepare_run`'s input need not carry it again.
+WORKFLOW_KEY = "workflow.json"
+
+
+def workflow_digest(data: bytes) -> str:
+    """The name of a stored workflow: a digest of its bytes."""
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 class TurnHandoff(OmitDefaults, _Model):

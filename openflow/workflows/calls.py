@@ -96,13 +96,24 @@ async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
 
 
 async def _prepare_run(inp: c.RunInput) -> c.PrepareResult:
+    """The run's start, with the workflow its client stored named instead of carried; asked
+    again with the workflow itself when the store does not have it."""
+    if inp.workflow_stored:
+        result = await _prepare_activity(inp, by_reference=True)
+        if not result.workflow_missing:
+            return result
+    return await _prepare_activity(inp, by_reference=False)
+
+
+async def _prepare_activity(inp: c.RunInput, *, by_reference: bool) -> c.PrepareResult:
     return await workflow.execute_activity_method(
         PrepareRunActivity.prepare_run,
         c.PrepareInput(
             run_id=inp.run_id,
-            workflow=inp.workflow,
+            workflow=None if by_reference else inp.workflow,
             project_dir=inp.project_dir,
             provider_id=inp.provider_id,
+            workflow_stored=inp.workflow_stored if by_reference else "",
         ),
         start_to_close_timeout=timedelta(minutes=2),
         heartbeat_timeout=HEARTBEAT_TIMEOUT,

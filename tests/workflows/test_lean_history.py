@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from bench.history import breakdown
 from openflow import contracts as c
+from openflow.contracts import RunResult
 from openflow.engine.headers import MIN_PART_BYTES
 from openflow.worker import build_worker
 from tests.workflows.conftest import Harness, make_workflow, node
@@ -139,5 +140,40 @@ async def test_a_typical_runs_history_is_near_a_bare_workflows(
     bare = await handle.fetch_history()
     scheduled = [e for e in ours.events if e.HasField("activity_task_scheduled_event_attributes")]
     assert len(scheduled) == DAG_ACTIVITIES
+    # The workflow travels once: prepare_run reads the one its client stored.
+    prepared = breakdown(ours).of("prepare_run input")
+    assert [v.get("workflow") for _, _, v in prepared] == [None]
     ratio = breakdown(ours).total / breakdown(bare).total
     assert ratio <= MAX_RATIO, f"history is {ratio:.2f}x bare's"
+
+
+async def test_a_run_started_from_temporals_client_carries_its_workflow(harness: Harness) -> None:
+    harness.script({}, exhausted="echo")
+    wf = make_workflow([node("only")], [])
+    run_id = "run-raw-start"
+    handle = await harness.client.start_workflow(
+        c.WORKFLOW_NAME,
+        c.RunInput(run_id=run_id, workflow=wf, entrypoint="go"),
+        id=run_id,
+        task_queue=harness.task_queue,
+    )
+    assert RunResult.model_validate(await handle.result()).status == "completed"
+    prepared = breakdown(await handle.fetch_history()).of("prepare_run input")
+    assert [v["workflow"]["id"] for _, _, v in prepared] == [wf.id]
+
+
+async def test_a_store_that_lost_the_workflow_gets_it_inline(
+    client: Client, task_queue: str, openflow_home: Path
+) -> None:
+    harness = Harness(client, task_queue, openflow_home)
+    harness.script({}, exhausted="echo")
+    wf = make_workflow([node("only")], [])
+    run_id = await harness.start(wf)
+    # Started with no worker up: the stored workflow is lost before the run's start reads it.
+    (openflow_home / "runs" / run_id / c.WORKFLOW_KEY).unlink()
+    async with build_worker(client, task_queue, openflow_home):
+        result = await harness.result(run_id)
+    assert result.status == "completed", result
+    prepared = breakdown(await harness.handle(run_id).fetch_history()).of("prepare_run input")
+    assert [v.get("workflow", {}).get("id") for _, _, v in prepared] == [None, wf.id]
+    await harness.replay(run_id)

@@ -231,7 +231,7 @@ class ModelTurnInput(OmitDefaults, _Model):
     call_id: str
     node_id: str = ""
     model_attempt: int = 1
-    turn_index: int
+    turn_index: int = 0
     header_digest: str
     header: AgentRequest | None = None
     #: The header without the parts the run's start stored (`header` is then None, so a
@@ -243,7 +243,7 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: with it, only the header's `input` travels (`header_input`), not `header_rest`.
     header_set: str = ""
     header_input: dict[str, Any] | None = None
-    delta: TranscriptDelta
+    delta: TranscriptDelta = Field(default_factory=lambda: TranscriptDelta(base_len=0))
     provider_id: str
     profile: dict[str, Any] = Field(default_factory=dict)
     #: Run the reply's calls at once when all are reads the node lets through (see `tools`).
@@ -374,6 +374,9 @@ class ModelTurnResult(OmitDefaults, _Model):
     ms: int | None = None
     #: The manifest of the handoff the turn stored for the output its reply submitted.
     handoff: dict[str, Any] | None = None
+    #: The turn stored that handoff and leaves its manifest out: the workflow makes it again
+    #: from the reply (`model_turn.submitted_handoff`), as the turn did.
+    handoff_stored: bool = False
 
 
 class HandoffInput(_Model):

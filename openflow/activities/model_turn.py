@@ -216,7 +216,7 @@ class ModelTurnActivity:
             persisted_len=persisted,
             tools=reads,
             ms=latency_ms,
-            handoff=None if handoff is None else handoff.manifest,
+            handoff_stored=handoff is not None,
         )
 
     # --- what the provider is sent ------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -17,7 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
-    from openflow.activities.model_turn import ModelTurnActivity
+    from openflow.activities.model_turn import ModelTurnActivity, submitted_handoff
     from openflow.activities.prepare_run import PrepareRunActivity
     from openflow.activities.read_receipt import ReadReceiptActivity
     from openflow.activities.revert_batch import RevertBatchActivity
@@ -233,8 +234,23 @@ async def model_turn(
         in_transcript=not result.reply_key,
         ms=result.ms,
         eager=None if result.tools is None else finished("", result.tools, True),
-        handoff=result.handoff if arg.handoff is not None else None,
+        handoff=_stored_handoff(
+            arg.model_copy(update={"node_id": intent.node_id}), request, result
+        ),
     )
+
+
+def _stored_handoff(
+    arg: c.ModelTurnInput, request: AgentRequest, result: c.ModelTurnResult
+) -> dict[str, Any] | None:
+    """The manifest of the handoff the turn stored: as it said, or made again from its reply
+    as the turn made it (a turn that stored one leaves the manifest out)."""
+    if arg.handoff is None:
+        return None
+    if result.handoff is not None or not result.handoff_stored or result.reply is None:
+        return result.handoff
+    file = submitted_handoff(arg, request, result.reply)
+    return None if file is None else file.manifest
 
 
 def turn_handoff(snapshot: RunSnapshot, intent: CallModel) -> c.TurnHandoff | None:

@@ -41,7 +41,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
 from openflow.activities.revert_batch import revert as revert_files
-from openflow.activities.store import RunStore, StoreError
+from openflow.activities.store import RunStore
 from openflow.attachments import Upload, prepare, store_uploads
 from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.advance import continuation_problem
@@ -295,9 +295,11 @@ class Runs:
         (the run's start then carries it, as a start from Temporal's own client does)."""
         data = workflow.model_dump_json().encode()
         try:
-            self.store.put_bytes(run_id, c.WORKFLOW_KEY, data)
-        except (StoreError, OSError) as exc:
-            logger.warning("run %r: its workflow could not be stored (%s)", run_id, exc)
+            self.store.put_bytes(run_id, c.workflow_key(c.workflow_digest(data)), data)
+        except Exception as exc:  # any store's failure (files, PostgreSQL): carry it instead
+            logger.warning(
+                "run %r: its workflow could not be stored (%s)", run_id, type(exc).__name__
+            )
             return ""
         return c.workflow_digest(data)
 

@@ -131,7 +131,7 @@ class RunInput(OmitDefaults, _Model):
     continuation: Continuation | None = None
     #: The run's own budget, over the workflow's `settings.budget` field by field.
     budget: Budget | None = None
-    #: The digest of `workflow` as its client stored it under `WORKFLOW_KEY` ("" when it did
+    #: The digest of `workflow` as its client stored it (`workflow_key`) ("" when it did
     #: not): `prepare_run` then reads it from the store instead of history.
     workflow_stored: str = ""
 
@@ -150,7 +150,7 @@ class RunResult(_Model):
 
 class PrepareInput(OmitDefaults, _Model):
     """A run's start. `workflow` is None when its client stored it (`workflow_stored`, the
-    digest of what is under `WORKFLOW_KEY`)."""
+    digest of what is stored at `workflow_key`)."""
 
     run_id: str
     workflow: Workflow | None = None
@@ -205,14 +205,17 @@ def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
 
 #: Where a run's start stores its request header parts, by digest.
 HEADER_PARTS_KEY = "header-parts.json"
-#: The run's workflow as its client started it (`RunInput.workflow_stored` names its digest),
-#: so `prepare_run`'s input need not carry it again.
-WORKFLOW_KEY = "workflow.json"
 
 
 def workflow_digest(data: bytes) -> str:
     """The name of a stored workflow: a digest of its bytes."""
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def workflow_key(digest: str) -> str:
+    """Where the run's workflow is stored as its client started it (`RunInput.workflow_stored`
+    names its digest), so `prepare_run`'s input need not carry it again."""
+    return f"workflows/{digest}.json"
 
 
 class TurnHandoff(OmitDefaults, _Model):

@@ -138,7 +138,7 @@ class PrepareRunActivity:
         """The workflow the run's client stored, or None when it is missing or not the one
         the input names (the run then asks again with the workflow itself)."""
         try:
-            data = self.files.store.get_bytes(inp.run_id, c.WORKFLOW_KEY)
+            data = self.files.store.get_bytes(inp.run_id, c.workflow_key(inp.workflow_stored))
         except KeyNotFound:
             data = b""
         if data and c.workflow_digest(data) == inp.workflow_stored:

@@ -170,7 +170,8 @@ async def test_a_store_that_lost_the_workflow_gets_it_inline(
     wf = make_workflow([node("only")], [])
     run_id = await harness.start(wf)
     # Started with no worker up: the stored workflow is lost before the run's start reads it.
-    (openflow_home / "runs" / run_id / c.WORKFLOW_KEY).unlink()
+    for stored in (openflow_home / "runs" / run_id / "workflows").iterdir():
+        stored.unlink()
     async with build_worker(client, task_queue, openflow_home):
         result = await harness.result(run_id)
     assert result.status == "completed", result

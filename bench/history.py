@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import uuid
@@ -159,6 +160,8 @@ async def main_async(runs: int) -> None:
 
     with tempfile.TemporaryDirectory(prefix="openflow-history-") as tmp:
         home = Path(tmp) / "home"
+        # The client's run store is the workers', as in a deployment (a run's workflow goes there).
+        os.environ["OPENFLOW_HOME"] = str(home)
         server = EmbeddedServer(
             Path(tmp) / "server", address=f"127.0.0.1:{free_port()}", ui=False, tuned=True
         )

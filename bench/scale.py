@@ -785,6 +785,8 @@ async def main_async(args: argparse.Namespace) -> None:
     phases = set(args.only.split(",")) if args.only else set(PHASES)
     with tempfile.TemporaryDirectory(prefix="openflow-scale-") as tmp:
         home = Path(tmp) / "home"
+        # The client's run store is the workers', as in a deployment (a run's workflow goes there).
+        os.environ["OPENFLOW_HOME"] = str(home)
         server = EmbeddedServer(
             Path(tmp) / "server", address=f"127.0.0.1:{free_port()}", ui=False, tuned=True
         )

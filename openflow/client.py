@@ -267,6 +267,9 @@ class Runs:
             run_input = request.input.model_copy(update={"attachments": refs})
         else:
             run_input = request.input
+        # The workflow goes to the run store too, so the run's start need not carry it twice.
+        stored = await asyncio.to_thread(self._store_workflow, run_id, workflow)
+        run_input = run_input.model_copy(update={"workflow_stored": stored})
         try:
             await self.client.start_workflow(
                 c.WORKFLOW_NAME,
@@ -286,6 +289,19 @@ class Runs:
                 raise RunConflict(f"a run with id {run_id!r} already exists") from exc
             raise
         return run_id
+
+    def _store_workflow(self, run_id: str, workflow: Workflow) -> str:
+        """Store the run's workflow and name it by its digest; "" when the store refuses it
+        (the run's start then carries it, as a start from Temporal's own client does)."""
+        data = workflow.model_dump_json().encode()
+        try:
+            self.store.put_bytes(run_id, c.workflow_key(c.workflow_digest(data)), data)
+        except Exception as exc:  # any store's failure (files, PostgreSQL): carry it instead
+            logger.warning(
+                "run %r: its workflow could not be stored (%s)", run_id, type(exc).__name__
+            )
+            return ""
+        return c.workflow_digest(data)
 
     async def changing_run(self, project: str) -> str | None:
         """The live run that may be changing the folder `project` (a canonical path), or None.

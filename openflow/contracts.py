@@ -6,6 +6,7 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -33,7 +34,7 @@ from openflow.engine.state import (
     TranscriptDelta,
 )
 from openflow.engine.transcript import Attachment, ToolCall
-from openflow.engine.wire import OmitDefaults
+from openflow.engine.wire import OmitDefaults, without_defaults
 
 WORKFLOW_NAME = "OpenFlowRun"
 ACTIVITY_PREPARE = "prepare_run"
@@ -130,6 +131,14 @@ class RunInput(OmitDefaults, _Model):
     continuation: Continuation | None = None
     #: The run's own budget, over the workflow's `settings.budget` field by field.
     budget: Budget | None = None
+    #: The digest of `workflow` as its client stored it (`workflow_key`) ("" when it did
+    #: not): `prepare_run` then reads it from the store instead of history.
+    workflow_stored: str = ""
+
+    @field_serializer("workflow", mode="wrap")
+    def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
+        """The workflow without its fields at their defaults (they read back as them)."""
+        return handler(value) if value is None else without_defaults(value, handler(value))
 
 
 class RunResult(_Model):
@@ -140,10 +149,19 @@ class RunResult(_Model):
 
 
 class PrepareInput(OmitDefaults, _Model):
+    """A run's start. `workflow` is None when its client stored it (`workflow_stored`, the
+    digest of what is stored at `workflow_key`)."""
+
     run_id: str
-    workflow: Workflow
+    workflow: Workflow | None = None
     project_dir: str | None = None
     provider_id: str | None = None
+    workflow_stored: str = ""
+
+    @field_serializer("workflow", mode="wrap")
+    def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
+        """The workflow without its fields at their defaults (they read back as them)."""
+        return handler(value) if value is None else without_defaults(value, handler(value))
 
 
 class PrepareResult(OmitDefaults, _Model):
@@ -171,6 +189,9 @@ class PrepareResult(OmitDefaults, _Model):
     #: The digests of the request header parts stored under `HEADER_PARTS_KEY`
     #: (`openflow.engine.headers`): calls send these by reference.
     header_parts: list[str] = Field(default_factory=list)
+    #: The stored workflow the input named is missing or not the one named: the run's start
+    #: is asked again with the workflow itself (nothing else in this result is filled in).
+    workflow_missing: bool = False
 
 
 def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
@@ -184,6 +205,17 @@ def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
 
 #: Where a run's start stores its request header parts, by digest.
 HEADER_PARTS_KEY = "header-parts.json"
+
+
+def workflow_digest(data: bytes) -> str:
+    """The name of a stored workflow: a digest of its bytes."""
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def workflow_key(digest: str) -> str:
+    """Where the run's workflow is stored as its client started it (`RunInput.workflow_stored`
+    names its digest), so `prepare_run`'s input need not carry it again."""
+    return f"workflows/{digest}.json"
 
 
 class TurnHandoff(OmitDefaults, _Model):
@@ -202,7 +234,7 @@ class ModelTurnInput(OmitDefaults, _Model):
     call_id: str
     node_id: str = ""
     model_attempt: int = 1
-    turn_index: int
+    turn_index: int = 0
     header_digest: str
     header: AgentRequest | None = None
     #: The header without the parts the run's start stored (`header` is then None, so a
@@ -210,7 +242,11 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: whole), and the references to them.
     header_rest: AgentRequest | None = None
     header_refs: HeaderRefs | None = None
-    delta: TranscriptDelta
+    #: The digest of the node's header set the run's start stored (`engine.headers.header_set`):
+    #: with it, only the header's `input` travels (`header_input`), not `header_rest`.
+    header_set: str = ""
+    header_input: dict[str, Any] | None = None
+    delta: TranscriptDelta = Field(default_factory=lambda: TranscriptDelta(base_len=0))
     provider_id: str
     profile: dict[str, Any] = Field(default_factory=dict)
     #: Run the reply's calls at once when all are reads the node lets through (see `tools`).
@@ -341,6 +377,9 @@ class ModelTurnResult(OmitDefaults, _Model):
     ms: int | None = None
     #: The manifest of the handoff the turn stored for the output its reply submitted.
     handoff: dict[str, Any] | None = None
+    #: The turn stored that handoff and leaves its manifest out: the workflow makes it again
+    #: from the reply (`model_turn.submitted_handoff`), as the turn did.
+    handoff_stored: bool = False
 
 
 class HandoffInput(_Model):

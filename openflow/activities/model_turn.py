@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio import activity
 
@@ -33,7 +33,7 @@ from openflow.attachments import resolve_turn
 from openflow.engine.advance import reply_items
 from openflow.engine.classify import Completed, classify_reply
 from openflow.engine.handoff import HandoffFile, handoff_file
-from openflow.engine.headers import HeaderRefs, restore
+from openflow.engine.headers import HeaderRefs, from_set, restore
 from openflow.engine.policy import EAGER_TOOLS
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.review import REVIEW_NODE, render_evidence
@@ -136,7 +136,7 @@ class ModelTurnActivity:
         #: Each catalog's specs by name, keyed by the catalog (which `RunFiles` shares between
         #: the runs that stored the same one), so runs of one workflow share them too.
         self._catalogs: Lru[int, tuple[object, dict[str, ToolSpec]]] = Lru(64)
-        self._parts: Lru[str, dict[str, object]] = Lru(256)
+        self._parts: Lru[str, dict[str, Any]] = Lru(256)
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
@@ -218,7 +218,7 @@ class ModelTurnActivity:
             persisted_len=persisted,
             tools=reads,
             ms=latency_ms,
-            handoff=None if handoff is None else handoff.manifest,
+            handoff_stored=handoff is not None,
         )
 
     # --- what the provider is sent ------------------------------------------------------
@@ -229,7 +229,9 @@ class ModelTurnActivity:
         store = self.files.store
         header_key = f"headers/{inp.header_digest}.json"
         whole = inp.header
-        if whole is None and inp.header_rest is not None and inp.header_refs is not None:
+        if whole is None and inp.header_set:
+            whole = self.from_set(inp.run_id, inp.header_set, inp.header_input)
+        elif whole is None and inp.header_rest is not None and inp.header_refs is not None:
             whole = self.restored(inp.run_id, inp.header_rest, inp.header_refs)
         if whole is not None:
             header = whole
@@ -259,9 +261,30 @@ class ModelTurnActivity:
         request, transcript = resolve_turn(store, inp.run_id, request, transcript)
         return request, transcript, tools, persisted
 
+    def from_set(
+        self, run_id: str, digest: str, header_input: dict[str, Any] | None
+    ) -> AgentRequest:
+        """The header from the node's stored header set and the call's input."""
+        found = self._stored_parts(run_id).get(digest)
+        if found is None:
+            raise KeyNotFound(f"{c.HEADER_PARTS_KEY} lacks the header set this call names")
+        try:
+            rest, refs = from_set(found, header_input)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KeyNotFound(f"{c.HEADER_PARTS_KEY} has no header set {digest!r}") from exc
+        return self.restored(run_id, rest, refs)
+
     def restored(self, run_id: str, header: AgentRequest, refs: HeaderRefs) -> AgentRequest:
-        """The header with the parts it refers to, from those the run's start stored (read
-        once a run on this worker: a part is named by its digest)."""
+        """The header with the parts it refers to, from those the run's start stored."""
+        parts = self._stored_parts(run_id)
+        try:
+            return restore(header, refs, parts)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KeyNotFound(f"{c.HEADER_PARTS_KEY} lacks a part this call names") from exc
+
+    def _stored_parts(self, run_id: str) -> dict[str, Any]:
+        """The parts the run's start stored (read once a run on this worker: a part is named
+        by its digest)."""
         parts = self._parts.get(run_id)
         if parts is None:
             try:
@@ -273,10 +296,7 @@ class ModelTurnActivity:
             if not isinstance(parts, dict):
                 raise KeyNotFound(f"{c.HEADER_PARTS_KEY} is not a map of parts")
             self._parts.put(run_id, parts)
-        try:
-            return restore(header, refs, parts)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise KeyNotFound(f"{c.HEADER_PARTS_KEY} lacks a part this call names") from exc
+        return parts
 
     def _with_conversations(self, run_id: str, request: AgentRequest) -> AgentRequest:
         """The post-run review's evidence with each node's whole conversation from the store,

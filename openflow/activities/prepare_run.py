@@ -19,6 +19,7 @@ from openflow.activities.mcp_context import stored
 from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptError, load_script
 from openflow.activities.run_files import CATALOG_KEY, PROFILES_KEY, RUN_KEY, RunFiles
+from openflow.activities.store import KeyNotFound
 from openflow.activities.tools_runner import MCP_PACKAGE, tool_specs
 from openflow.activities.webhooks import webhook_refs
 from openflow.engine.advance import start
@@ -74,6 +75,17 @@ class PrepareRunActivity:
 
     async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
         store = self.files.store
+        if inp.workflow is None:
+            stored = await asyncio.to_thread(self._stored_workflow, inp)
+            if stored is None:
+                return c.PrepareResult(
+                    profiles={},
+                    active_provider="",
+                    tool_names=[],
+                    execution_dir="",
+                    workflow_missing=True,
+                )
+            inp = inp.model_copy(update={"workflow": stored})
         # Off the event loop (settings, provider SDK imports), so the heartbeat goes on however
         # long they take on a loaded machine.
         settings, wf, profiles = await asyncio.to_thread(self._settle, inp)
@@ -110,7 +122,7 @@ class PrepareRunActivity:
         active = wf.settings.provider_id or ""
         return c.PrepareResult(
             # The workflow goes back only when the start changed more than its provider.
-            workflow=None if c.settled_workflow(inp.workflow, active) == wf else wf,
+            workflow=None if c.settled_workflow(_workflow(inp), active) == wf else wf,
             profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
             active_provider=active,
             tool_names=tool_names,
@@ -121,6 +133,21 @@ class PrepareRunActivity:
             webhooks=webhook_refs(settings.webhooks),
             header_parts=parts,
         )
+
+    def _stored_workflow(self, inp: c.PrepareInput) -> Workflow | None:
+        """The workflow the run's client stored, or None when it is missing or not the one
+        the input names (the run then asks again with the workflow itself)."""
+        try:
+            data = self.files.store.get_bytes(inp.run_id, c.workflow_key(inp.workflow_stored))
+        except KeyNotFound:
+            data = b""
+        if data and c.workflow_digest(data) == inp.workflow_stored:
+            try:
+                return Workflow.model_validate_json(data)
+            except ValueError:
+                pass
+        activity.logger.warning("run %r: its stored workflow is missing; asking for it", inp.run_id)
+        return None
 
     def _store_parts(
         self,
@@ -197,7 +224,7 @@ class PrepareRunActivity:
         """The run's settings, its workflow with providers and models filled in, and the
         profiles it keeps (keys left out)."""
         settings = self.settings()
-        wf = inp.workflow.model_copy(deep=True)
+        wf = _workflow(inp).model_copy(deep=True)
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
         if not default:
             raise_app(
@@ -291,6 +318,12 @@ def _check_credentials(provider_id: str, profile: ProviderProfile, settings: App
         default_registry().api_key(provider_id, profile, settings)
     except ProviderError as exc:
         raise_app(exc.failure.message)
+
+
+def _workflow(inp: c.PrepareInput) -> Workflow:
+    """The input's workflow, filled in from the store when it travelled by reference."""
+    assert inp.workflow is not None
+    return inp.workflow
 
 
 __all__ = ["PrepareRunActivity", "raise_app"]

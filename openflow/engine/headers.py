@@ -89,7 +89,34 @@ def expected_parts(snapshot: RunSnapshot) -> dict[str, Any]:
             for prompt in (node.agent.system_prompt, node.agent.task_prompt):
                 if prompt:
                     _keep(found, prompt)
+    # Each node's header set: a call whose header matches it sends one reference and its input.
+    stored = set(found)
+    for request in requests:
+        rest, refs = by_reference(request.model_copy(update={"turn_index": 0}), stored)
+        if refs is not None:
+            _keep(found, header_set(rest, refs))
     return dict(sorted(found.items()))
+
+
+#: A header's fields that change from call to call; the rest of a node's header is the same for
+#: every call of the run (its header set).
+VARYING = frozenset({"input", "turn_index"})
+
+
+def header_set(rest: AgentRequest, refs: HeaderRefs) -> dict[str, Any]:
+    """A node's header set: the references of a header by reference (`by_reference`) and the
+    fields of what travels besides them that do not change from call to call."""
+    return {
+        "refs": refs.model_dump(mode="json"),
+        "rest": rest.model_dump(mode="json", exclude=set(VARYING)),
+    }
+
+
+def from_set(found: Any, header_input: dict[str, Any] | None) -> tuple[AgentRequest, HeaderRefs]:
+    """The header by reference and its references again, from a stored header set and the
+    call's input; a `ValueError` (or `KeyError`, `TypeError`) when `found` is not a set."""
+    rest = AgentRequest.model_validate({**found["rest"], "input": header_input})
+    return rest, HeaderRefs.model_validate(found["refs"])
 
 
 class HeaderRefs(OmitDefaults, BaseModel):
@@ -209,8 +236,11 @@ __all__ = [
     "EVIDENCE_PROMPTS",
     "MIN_PART_BYTES",
     "HeaderRefs",
+    "VARYING",
     "by_reference",
     "expected_parts",
+    "from_set",
+    "header_set",
     "part_digest",
     "request_parts",
     "restore",

@@ -6,7 +6,8 @@ Reading it back restores the defaults, so nothing is lost; history just stops pa
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, Literal, get_origin
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 from pydantic.fields import FieldInfo
@@ -62,4 +63,45 @@ def _optional_fields(model: type[BaseModel]) -> tuple[_OptionalField, ...]:
     return known
 
 
-__all__ = ["OmitDefaults"]
+def _strip(value: Any, data: Any) -> None:
+    """Delete from `data` (the JSON dump of `value`) every field at its default, however deep;
+    a `Literal` field (a union's discriminator) stays."""
+    if isinstance(value, BaseModel) and isinstance(data, dict):
+        optional = {name: (default, f) for name, _, default, f in _optional_fields(type(value))}
+        for name, field in type(value).model_fields.items():
+            keys = (field.serialization_alias, field.alias, name)
+            key = next((k for k in keys if k and k in data), None)
+            if key is None:
+                continue
+            item = getattr(value, name)
+            default, _ = optional.get(name, (_UNSET, None))
+            if name in optional and default is _UNSET:
+                default = field.get_default(call_default_factory=True)
+            if name in optional and item == default and get_origin(field.annotation) is not Literal:
+                del data[key]
+            else:
+                _strip(item, data[key])
+    elif isinstance(value, list | tuple) and isinstance(data, list) and len(value) == len(data):
+        for item, dumped in zip(value, data, strict=True):
+            _strip(item, dumped)
+    elif isinstance(value, dict) and isinstance(data, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and key in data:
+                _strip(item, data[key])
+
+
+def without_defaults(value: BaseModel, data: Any) -> Any:
+    """`data`, the JSON dump of `value`, without the fields at their defaults at any depth,
+    when it reads back as `value`; `data` whole when it would not."""
+    if not isinstance(data, dict):
+        return data
+    slim = copy.deepcopy(data)
+    _strip(value, slim)
+    try:
+        same = type(value).model_validate(slim) == value
+    except ValueError:
+        same = False
+    return slim if same else data
+
+
+__all__ = ["OmitDefaults", "without_defaults"]

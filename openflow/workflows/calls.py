@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -17,7 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
-    from openflow.activities.model_turn import ModelTurnActivity
+    from openflow.activities.model_turn import ModelTurnActivity, submitted_handoff
     from openflow.activities.prepare_run import PrepareRunActivity
     from openflow.activities.read_receipt import ReadReceiptActivity
     from openflow.activities.revert_batch import RevertBatchActivity
@@ -25,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow.activities.write_handoff import WriteHandoffActivity
     from openflow.engine.advance import eager_tools
     from openflow.engine.display import model_summary, tools_summary
-    from openflow.engine.headers import by_reference
+    from openflow.engine.headers import by_reference, header_set, part_digest
     from openflow.engine.request import AgentRequest, ProviderFailure
     from openflow.engine.spec import template_headings
     from openflow.engine.state import (
@@ -96,13 +97,24 @@ async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
 
 
 async def _prepare_run(inp: c.RunInput) -> c.PrepareResult:
+    """The run's start, with the workflow its client stored named instead of carried; asked
+    again with the workflow itself when the store does not have it."""
+    if inp.workflow_stored:
+        result = await _prepare_activity(inp, by_reference=True)
+        if not result.workflow_missing:
+            return result
+    return await _prepare_activity(inp, by_reference=False)
+
+
+async def _prepare_activity(inp: c.RunInput, *, by_reference: bool) -> c.PrepareResult:
     return await workflow.execute_activity_method(
         PrepareRunActivity.prepare_run,
         c.PrepareInput(
             run_id=inp.run_id,
-            workflow=inp.workflow,
+            workflow=None if by_reference else inp.workflow,
             project_dir=inp.project_dir,
             provider_id=inp.provider_id,
+            workflow_stored=inp.workflow_stored if by_reference else "",
         ),
         start_to_close_timeout=timedelta(minutes=2),
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
@@ -145,10 +157,20 @@ async def model_turn(
     sent: AgentRequest | None = None
     rest: AgentRequest | None = None
     refs = None
+    stored_set = ""
     if digest not in headers_sent:
-        sent, refs = by_reference(header, parts or ())
-        if refs is not None:
-            sent, rest = None, sent
+        slim, refs = by_reference(header, parts or ())
+        if refs is None:
+            sent = slim
+        else:
+            rest = slim
+            # The node's whole header set stored: one reference and the input travel.
+            found = part_digest(header_set(slim, refs))
+            if parts and found in parts:
+                stored_set = found
+    set_input = rest.input if stored_set and rest is not None else None
+    if stored_set:
+        rest, refs = None, None
     eager = (
         eager_tools(snapshot, intent.node_id, request.tool_names)
         if intent.purpose == "node"
@@ -163,6 +185,8 @@ async def model_turn(
         header=sent,
         header_rest=rest,
         header_refs=refs,
+        header_set=stored_set,
+        header_input=set_input,
         delta=intent.delta,
         provider_id=request.provider_id or provider_id,
         eager=bool(eager),
@@ -212,8 +236,23 @@ async def model_turn(
         in_transcript=not result.reply_key,
         ms=result.ms,
         eager=None if result.tools is None else finished("", result.tools, True),
-        handoff=result.handoff if arg.handoff is not None else None,
+        handoff=_stored_handoff(
+            arg.model_copy(update={"node_id": intent.node_id}), request, result
+        ),
     )
+
+
+def _stored_handoff(
+    arg: c.ModelTurnInput, request: AgentRequest, result: c.ModelTurnResult
+) -> dict[str, Any] | None:
+    """The manifest of the handoff the turn stored: as it said, or made again from its reply
+    as the turn made it (a turn that stored one leaves the manifest out)."""
+    if arg.handoff is None:
+        return None
+    if result.handoff is not None or not result.handoff_stored or result.reply is None:
+        return result.handoff
+    file = submitted_handoff(arg, request, result.reply)
+    return None if file is None else file.manifest
 
 
 def turn_handoff(snapshot: RunSnapshot, intent: CallModel) -> c.TurnHandoff | None:

@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from bench.history import breakdown
 from openflow import contracts as c
+from openflow.contracts import RunResult
 from openflow.engine.headers import MIN_PART_BYTES
 from openflow.worker import build_worker
 from tests.workflows.conftest import Harness, make_workflow, node
@@ -42,11 +43,10 @@ async def test_a_nodes_first_call_carries_no_system_prompt_or_tools(harness: Har
     # The second node's first call names its prompt, tools and schema instead of carrying them.
     assert size < 2000 < len(LONG_PROMPT)
     assert LONG_PROMPT.strip() not in json.dumps(check)
-    # The header travels without them, where a worker that knows nothing of parts finds none.
-    assert "header" not in check
-    header = check["header_rest"]
-    assert not header.get("system_messages") and not header.get("harness_tools")
-    assert check["header_refs"]["system_messages"] and check["header_refs"]["harness_tools"]
+    # The header travels without them, where a worker that knows nothing of parts finds none:
+    # one reference to the node's stored header set, and the call's input.
+    assert "header" not in check and "header_rest" not in check
+    assert check["header_set"] and "upstream" in check["header_input"]
     for _, value in turns:
         inline = (value.get("header_rest") or {}).get("system_messages") or []
         assert all(len(m) < MIN_PART_BYTES for m in inline), value["call_id"]
@@ -100,6 +100,81 @@ async def test_a_store_that_lost_the_parts_gets_the_header_inline(
     results = breakdown(history).of("model_turn result")
     assert any(value.get("refs_missing") for _, _, value in results)
     check = [v for _, v in _turn_inputs(history) if c.call_node(v["call_id"]) == "check"]
-    assert check[0].get("header_refs") and check[-1].get("header_refs") is None
+    assert check[0].get("header_set") and check[-1].get("header_set") is None
     assert any(LONG_PROMPT.strip() in m for m in check[-1]["header"]["system_messages"])
+    await harness.replay(run_id)
+
+
+#: What a typical run's history may weigh against bare Temporal's with the same activities.
+MAX_RATIO = 3.5
+
+
+async def test_a_typical_runs_history_is_near_a_bare_workflows(
+    client: Client, task_queue: str, openflow_home: Path
+) -> None:
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+    from bench.floor import noop
+    from bench.scale import DAG_ACTIVITIES, DAG_LAYERS, BareDag, dag
+
+    harness = Harness(client, task_queue, openflow_home)
+    harness.script({}, exhausted="echo")
+    async with build_worker(client, task_queue, openflow_home):
+        run_id = await harness.start(dag(), entrypoint="bench")
+        result = await harness.result(run_id)
+    assert result.status == "completed", result
+    ours = await harness.handle(run_id).fetch_history()
+    # Bare Temporal's workflow: the same activities, one after another, a layer's at once.
+    queue = f"{task_queue}-bare"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[BareDag],
+        activities=[noop],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle = await client.start_workflow(
+            BareDag.run, DAG_LAYERS, id=f"bare-{run_id}", task_queue=queue
+        )
+        assert await handle.result() == DAG_ACTIVITIES
+    bare = await handle.fetch_history()
+    scheduled = [e for e in ours.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert len(scheduled) == DAG_ACTIVITIES
+    # The workflow travels once: prepare_run reads the one its client stored.
+    prepared = breakdown(ours).of("prepare_run input")
+    assert [v.get("workflow") for _, _, v in prepared] == [None]
+    ratio = breakdown(ours).total / breakdown(bare).total
+    assert ratio <= MAX_RATIO, f"history is {ratio:.2f}x bare's"
+
+
+async def test_a_run_started_from_temporals_client_carries_its_workflow(harness: Harness) -> None:
+    harness.script({}, exhausted="echo")
+    wf = make_workflow([node("only")], [])
+    run_id = "run-raw-start"
+    handle = await harness.client.start_workflow(
+        c.WORKFLOW_NAME,
+        c.RunInput(run_id=run_id, workflow=wf, entrypoint="go"),
+        id=run_id,
+        task_queue=harness.task_queue,
+    )
+    assert RunResult.model_validate(await handle.result()).status == "completed"
+    prepared = breakdown(await handle.fetch_history()).of("prepare_run input")
+    assert [v["workflow"]["id"] for _, _, v in prepared] == [wf.id]
+
+
+async def test_a_store_that_lost_the_workflow_gets_it_inline(
+    client: Client, task_queue: str, openflow_home: Path
+) -> None:
+    harness = Harness(client, task_queue, openflow_home)
+    harness.script({}, exhausted="echo")
+    wf = make_workflow([node("only")], [])
+    run_id = await harness.start(wf)
+    # Started with no worker up: the stored workflow is lost before the run's start reads it.
+    for stored in (openflow_home / "runs" / run_id / "workflows").iterdir():
+        stored.unlink()
+    async with build_worker(client, task_queue, openflow_home):
+        result = await harness.result(run_id)
+    assert result.status == "completed", result
+    prepared = breakdown(await harness.handle(run_id).fetch_history()).of("prepare_run input")
+    assert [v.get("workflow", {}).get("id") for _, _, v in prepared] == [None, wf.id]
     await harness.replay(run_id)

@@ -6,6 +6,7 @@ Keys are resolved here, on the worker; none of them ever travels in an input or 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import json
 from pathlib import Path
@@ -15,6 +16,7 @@ from temporalio import activity
 
 from openflow import contracts as c
 from openflow.activities.heartbeat import heartbeating
+from openflow.activities.lru import Lru
 from openflow.activities.mcp_context import stored
 from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptError, load_script
@@ -50,6 +52,8 @@ class PrepareRunActivity:
         self.files = files
         self.tools = tools
         self._builtin: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        #: The header parts of recent starts (stored JSON and digests), by all they depend on.
+        self._parts: Lru[str, tuple[bytes, list[str]]] = Lru(64)
         self._settings: tuple[tuple[int, int, int], AppSettings] | None = None
 
     def builtin_catalog(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -159,7 +163,42 @@ class PrepareRunActivity:
         read_tools: list[str],
     ) -> list[str]:
         """Store the request header parts the run's calls will carry (the engine's start,
-        as the workflow will make it, foretells them); their digests."""
+        as the workflow will make it, foretells them); their digests.
+
+        The parts depend on neither the run's id nor its folder, so the runs of one workflow
+        share the engine's work; a part is named by its digest, so one the calls do not carry
+        only goes unused.
+        """
+        material = json.dumps(
+            [
+                wf.model_dump(mode="json"),
+                inp.project_dir,
+                tool_names,
+                [a.model_dump(mode="json") for a in agents],
+                read_tools,
+            ],
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        key = hashlib.sha256(material.encode()).hexdigest()
+        known = self._parts.get(key)
+        if known is None:
+            known = self._foretold_parts(inp, wf, execution_dir, tool_names, agents, read_tools)
+            self._parts.put(key, known)
+        data, digests = known
+        if digests:
+            self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
+        return list(digests)
+
+    def _foretold_parts(
+        self,
+        inp: c.PrepareInput,
+        wf: Workflow,
+        execution_dir: str,
+        tool_names: list[str],
+        agents: list[CallableAgent],
+        read_tools: list[str],
+    ) -> tuple[bytes, list[str]]:
         plan = start(
             wf,
             inp.run_id,
@@ -171,13 +210,11 @@ class PrepareRunActivity:
             read_tools=read_tools,
         )
         if plan.status == "failed":
-            return []
+            return b"", []
         parts = expected_parts(plan.snapshot)
         if not parts:
-            return []
-        data = json.dumps(parts, separators=(",", ":"), ensure_ascii=False).encode()
-        self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
-        return list(parts)
+            return b"", []
+        return json.dumps(parts, separators=(",", ":"), ensure_ascii=False).encode(), list(parts)
 
     async def _mcp(
         self, inp: c.PrepareInput, settings: AppSettings, wf: Workflow, execution_dir: str

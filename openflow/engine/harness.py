@@ -7,6 +7,7 @@ order, and the engine recognises them by name when it classifies a reply.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -174,6 +175,12 @@ def offered_tools(request: AgentRequest, tools: Sequence[ToolSpec]) -> list[Tool
 
 def cache_key_for(workflow_id: str, node_id: str, tool_names: Iterable[str]) -> str:
     """A stable prompt cache key for one node and tool catalog that reveals nothing readable."""
+    return _cache_key(workflow_id, node_id, tuple(tool_names))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cache_key(workflow_id: str, node_id: str, tool_names: tuple[str, ...]) -> str:
+    # Every turn of a node asks again for the same key: hashed once.
     material = json.dumps([workflow_id, node_id, list(tool_names)], separators=(",", ":"))
     return "of_" + hashlib.sha256(material.encode("utf-8")).hexdigest()[:40]
 

@@ -29,6 +29,9 @@ class Journal:
         self.first_seq = 1
         self.previous_run_id: str | None = None
         self._state: WorkflowRunState | None = None
+        #: What the state starts from until a query first needs it: the carried state's JSON,
+        #: or the run's input (most runs are never queried while a worker holds them).
+        self._seed: dict[str, Any] | c.RunInput | None = None
         self._projected = 0
 
     def begin(self, inp: c.RunInput) -> None:
@@ -36,22 +39,33 @@ class Journal:
         self.events = [_EVENT.validate_python(data) for data in inp.events]
         self.first_seq = self.events[0].seq if self.events else inp.first_seq
         self.previous_run_id = inp.previous_run_id
+        self._state = None
         if inp.state is not None:
             # The carried state already reflects the carried events.
-            self._state = WorkflowRunState.model_validate(inp.state)
+            self._seed = inp.state
             self._projected = len(self.events)
             return
-        plan_mode = inp.workflow.settings.plan_mode
-        self._state = initial_state(
-            inp.workflow.id,
-            inp.run_id,
-            [n.id for n in inp.workflow.nodes],
+        self._seed = inp
+        self._projected = 0
+
+    def _initial(self) -> WorkflowRunState:
+        seed = self._seed
+        assert seed is not None
+        self._seed = None
+        if isinstance(seed, dict):
+            return WorkflowRunState.model_validate(seed)
+        plan_mode = seed.workflow.settings.plan_mode
+        return initial_state(
+            seed.workflow.id,
+            seed.run_id,
+            [n.id for n in seed.workflow.nodes],
             plan_mode.evidence_source_node_id if plan_mode else None,
         )
 
     def projection(self) -> WorkflowRunState:
         """The state projection, with every event recorded so far folded in."""
-        assert self._state is not None
+        if self._state is None:
+            self._state = self._initial()
         while self._projected < len(self.events):
             self._state = apply_event(self._state, self.events[self._projected])
             self._projected += 1

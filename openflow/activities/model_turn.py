@@ -269,7 +269,7 @@ class ModelTurnActivity:
         if found is None:
             raise KeyNotFound(f"{c.HEADER_PARTS_KEY} lacks the header set this call names")
         try:
-            rest, refs = from_set(found, header_input)
+            rest, refs = from_set(found, header_input, run_id)
         except (KeyError, TypeError, ValueError) as exc:
             raise KeyNotFound(f"{c.HEADER_PARTS_KEY} has no header set {digest!r}") from exc
         return self.restored(run_id, rest, refs)

@@ -98,9 +98,9 @@ def expected_parts(snapshot: RunSnapshot) -> dict[str, Any]:
     return dict(sorted(found.items()))
 
 
-#: A header's fields that change from call to call; the rest of a node's header is the same for
-#: every call of the run (its header set).
-VARYING = frozenset({"input", "turn_index"})
+#: A header's fields that change from call to call, and its run (the activity knows that); the
+#: rest of a node's header is the same for every call, and every run of the same workflow.
+VARYING = frozenset({"input", "run_id", "turn_index"})
 
 
 def header_set(rest: AgentRequest, refs: HeaderRefs) -> dict[str, Any]:
@@ -112,10 +112,13 @@ def header_set(rest: AgentRequest, refs: HeaderRefs) -> dict[str, Any]:
     }
 
 
-def from_set(found: Any, header_input: dict[str, Any] | None) -> tuple[AgentRequest, HeaderRefs]:
-    """The header by reference and its references again, from a stored header set and the
-    call's input; a `ValueError` (or `KeyError`, `TypeError`) when `found` is not a set."""
-    rest = AgentRequest.model_validate({**found["rest"], "input": header_input})
+def from_set(
+    found: Any, header_input: dict[str, Any] | None, run_id: str
+) -> tuple[AgentRequest, HeaderRefs]:
+    """The header by reference and its references again, from a stored header set, the
+    call's input and its run; a `ValueError` (or `KeyError`, `TypeError`) when `found` is not
+    a set."""
+    rest = AgentRequest.model_validate({**found["rest"], "input": header_input, "run_id": run_id})
     return rest, HeaderRefs.model_validate(found["refs"])
 
 

@@ -120,10 +120,15 @@ async def test_a_typical_runs_history_is_near_a_bare_workflows(
     harness = Harness(client, task_queue, openflow_home)
     harness.script({}, exhausted="echo")
     async with build_worker(client, task_queue, openflow_home):
-        run_id = await harness.start(dag(), entrypoint="bench")
-        result = await harness.result(run_id)
-    assert result.status == "completed", result
+        # A worker's second run of a workflow is the typical one: what it worked out for the
+        # first is shared, and must fit the second run just as well.
+        for _ in range(2):
+            run_id = await harness.start(dag(), entrypoint="bench")
+            result = await harness.result(run_id)
+            assert result.status == "completed", result
     ours = await harness.handle(run_id).fetch_history()
+    turns = _turn_inputs(ours)
+    assert turns and all(v.get("header_set") and "header_rest" not in v for _, v in turns)
     # Bare Temporal's workflow: the same activities, one after another, a layer's at once.
     queue = f"{task_queue}-bare"
     async with Worker(

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
 from openflow.activities.revert_batch import revert as revert_files
-from openflow.activities.store import RunStore
+from openflow.activities.store import RunStore, StoreError
 from openflow.attachments import Upload, prepare, store_uploads
 from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.advance import continuation_problem
@@ -164,6 +165,14 @@ def check_run_id(run_id: str) -> str:
             "starting with a letter or digit"
         )
     return run_id
+
+
+def _store_failure(exc: BaseException) -> bool:
+    """A run store's own failure: the files' or PostgreSQL's (loaded only when a store uses it)."""
+    if isinstance(exc, OSError | StoreError):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)
 
 
 class Runs:
@@ -296,7 +305,9 @@ class Runs:
         data = workflow.model_dump_json().encode()
         try:
             self.store.put_bytes(run_id, c.workflow_key(c.workflow_digest(data)), data)
-        except Exception as exc:  # any store's failure (files, PostgreSQL): carry it instead
+        except Exception as exc:
+            if not _store_failure(exc):
+                raise
             logger.warning(
                 "run %r: its workflow could not be stored (%s)", run_id, type(exc).__name__
             )

@@ -29,6 +29,7 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from bench.floor import bare_workflow_ms_per_step, replay_ms_per_activity, start_server
+from openflow.backends import open_backends
 from openflow.client import Runs
 from openflow.engine.spec import Workflow
 from openflow.testing import write_scripted_settings
@@ -96,7 +97,8 @@ async def _run(
     """Run `wf` on a fresh worker, warmed up first like the floor's, and time it alone."""
     write_scripted_settings(home, script, exhausted="echo")
     queue = f"bench-{uuid.uuid4().hex[:8]}"
-    runs = Runs(client, queue)
+    # The client stores each run's workflow where the workers read it (the bench's home).
+    runs = Runs(client, queue, store=open_backends(home).store)
     async with build_worker(client, queue, home):
         if warmup:
             await client.get_workflow_handle(await runs.start(chain(3), entrypoint="x")).result()
@@ -234,7 +236,8 @@ async def kill_recovery(client: Client, home: Path, address: str) -> float:
         return proc
 
     first = spawn()
-    runs = Runs(client, queue)
+    # The client stores each run's workflow where the workers read it (the bench's home).
+    runs = Runs(client, queue, store=open_backends(home).store)
     run_id = await runs.start(single(), entrypoint="bench")
     while True:
         state = await runs.state(run_id)

@@ -26,6 +26,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
+from openflow.backends import open_backends
 from openflow.client import Runs
 from openflow.contracts import WORKFLOW_TASK_TIMEOUT
 from openflow.engine.spec import Workflow
@@ -72,7 +73,7 @@ async def kill_mid_turn(client: Client, env: dict[str, str], home: Path) -> floa
     write_scripted_settings(home, {"a": [{"submit": {"summary": "x"}, "delay_ms": TURN_DELAY_MS}]})
     workers = [_spawn_worker(env), _spawn_worker(env)]
     try:
-        runs = Runs(client, env["OPENFLOW_TASK_QUEUE"])
+        runs = Runs(client, env["OPENFLOW_TASK_QUEUE"], store=open_backends(home).store)
         run_id = await runs.start(_workflow(), entrypoint="go")
         while True:
             state = await runs.state(run_id)
@@ -100,7 +101,7 @@ async def task_times(client: Client, home: Path, turns: int) -> None:
     script = [{"tools": [{"name": "ls", "args": {"path": "."}}]} for _ in range(turns)]
     write_scripted_settings(home, {"a": [*script, {"submit": {"summary": "done"}}]})
     async with build_worker(client, "bench-tasks", home):
-        runs = Runs(client, "bench-tasks")
+        runs = Runs(client, "bench-tasks", store=open_backends(home).store)
         run_id = await runs.start(_workflow(), entrypoint="go")
         await client.get_workflow_handle(run_id).result()
     times: list[float] = []

@@ -13,14 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
-import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import Message
@@ -151,41 +148,29 @@ def merge(parts: list[Breakdown]) -> Breakdown:
 
 
 async def main_async(runs: int) -> None:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
-    from bench.scale import DAG_LAYERS, BareDag, Bench, start_bare, start_ours, wait_all
+    from bench.scale import DAG_LAYERS, BareDag, embedded_bench, start_bare, start_ours, wait_all
     from bench.scale import dag as scale_dag
-    from openflow.server import EmbeddedServer, free_port
     from openflow.testing import write_scripted_settings
 
-    with tempfile.TemporaryDirectory(prefix="openflow-history-") as tmp:
-        home = Path(tmp) / "home"
-        # The client's run store is the workers', as in a deployment (a run's workflow goes there).
-        os.environ["OPENFLOW_HOME"] = str(home)
-        server = EmbeddedServer(
-            Path(tmp) / "server", address=f"127.0.0.1:{free_port()}", ui=False, tuned=True
-        )
-        async with server:
-            client = await server.connect(data_converter=pydantic_data_converter)
-            assert server._process is not None
-            bench = Bench(client, server._process.pid, server.address, home, None)
-            found: dict[str, Breakdown] = {}
-            for side in ("bare", "ours"):
-                queue = f"history-{side}-{uuid.uuid4().hex[:8]}"
-                async with bench.worker(side, queue):
-                    if side == "ours":
-                        write_scripted_settings(home, {}, exhausted="echo")
-                        ids = await start_ours(client, queue, scale_dag(), runs)
-                    else:
-                        ids = await start_bare(client, queue, BareDag.run, DAG_LAYERS, runs)
-                    await wait_all(client, ids)
-                histories = [await client.get_workflow_handle(i).fetch_history() for i in ids]
-                found[side] = merge([breakdown(h) for h in histories])
-            for side, b in found.items():
-                print(render(side, b, runs))
-                print()
-            ratio = found["ours"].total / max(found["bare"].total, 1)
-            print(f"history bytes a run: ours {ratio:.2f}x bare's")
+    async with embedded_bench("openflow-history-", before=None) as bench:
+        client, home = bench.client, bench.home
+        found: dict[str, Breakdown] = {}
+        for side in ("bare", "ours"):
+            queue = f"history-{side}-{uuid.uuid4().hex[:8]}"
+            async with bench.worker(side, queue):
+                if side == "ours":
+                    write_scripted_settings(home, {}, exhausted="echo")
+                    ids = await start_ours(client, queue, scale_dag(), runs)
+                else:
+                    ids = await start_bare(client, queue, BareDag.run, DAG_LAYERS, runs)
+                await wait_all(client, ids)
+            histories = [await client.get_workflow_handle(i).fetch_history() for i in ids]
+            found[side] = merge([breakdown(h) for h in histories])
+        for side, b in found.items():
+            print(render(side, b, runs))
+            print()
+        ratio = found["ours"].total / max(found["bare"].total, 1)
+        print(f"history bytes a run: ours {ratio:.2f}x bare's")
 
 
 def main(argv: list[str] | None = None) -> int:

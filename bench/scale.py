@@ -39,8 +39,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -775,6 +775,22 @@ def report(rounds: dict[str, list[Figures]]) -> None:
         print(line)
 
 
+@asynccontextmanager
+async def embedded_bench(prefix: str, **options: Any) -> AsyncIterator[Bench]:
+    """A tuned embedded server in a fresh folder, and the bench over it; the client's run store
+    is the workers', as in a deployment (a run's workflow goes there)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = Path(tmp) / "home"
+        os.environ["OPENFLOW_HOME"] = str(home)
+        server = EmbeddedServer(
+            Path(tmp) / "server", address=f"127.0.0.1:{free_port()}", ui=False, tuned=True
+        )
+        async with server:
+            client = await server.connect(data_converter=pydantic_data_converter)
+            assert server._process is not None
+            yield Bench(client, server._process.pid, server.address, home, **options)
+
+
 async def main_async(args: argparse.Namespace) -> None:
     quick = args.quick
     n_batch = args.runs or (40 if quick else 200)
@@ -783,61 +799,48 @@ async def main_async(args: argparse.Namespace) -> None:
     delay_s = 5.0
     rounds = args.rounds or (1 if quick else 3)
     phases = set(args.only.split(",")) if args.only else set(PHASES)
-    with tempfile.TemporaryDirectory(prefix="openflow-scale-") as tmp:
-        home = Path(tmp) / "home"
-        # The client's run store is the workers', as in a deployment (a run's workflow goes there).
-        os.environ["OPENFLOW_HOME"] = str(home)
-        server = EmbeddedServer(
-            Path(tmp) / "server", address=f"127.0.0.1:{free_port()}", ui=False, tuned=True
+    async with embedded_bench(
+        "openflow-scale-",
+        before=args.before,
+        extra_env=dict(item.split("=", 1) for item in args.env),
+        profile=args.profile,
+    ) as bench:
+        sides = ["bare", "ours"] + (["before"] if args.before else [])
+        results: dict[str, list[Figures]] = {s: [] for s in sides}
+        for round_no in range(rounds):
+            order = sides if round_no % 2 == 0 else list(reversed(sides))
+            figures = {s: Figures() for s in sides}
+            for side in order:
+                _progress(f"round {round_no + 1}: {side}")
+                if "throughput" in phases:
+                    began = time.perf_counter()
+                    await throughput(bench, side, n_batch, figures[side])
+                    _progress(f"  {side} throughput: {time.perf_counter() - began:.0f} s")
+                if "latency" in phases:
+                    began = time.perf_counter()
+                    await latency(bench, side, 5, figures[side])
+                    _progress(f"  {side} latency: {time.perf_counter() - began:.0f} s")
+                if "unbalanced" in phases:
+                    began = time.perf_counter()
+                    await unbalanced_dag(bench, side, 3, args.hop_delay, figures[side])
+                    _progress(f"  {side} unbalanced: {time.perf_counter() - began:.0f} s")
+                if "flight" in phases:
+                    began = time.perf_counter()
+                    await in_flight(bench, side, n_flight, delay_s, figures[side])
+                    _progress(f"  {side} flight: {time.perf_counter() - began:.0f} s")
+                if "paused" in phases:
+                    began = time.perf_counter()
+                    await paused(bench, side, n_paused, figures[side])
+                    _progress(f"  {side} paused: {time.perf_counter() - began:.0f} s")
+            for side in sides:
+                results[side].append(figures[side])
+        print(
+            f"scale on one worker: {n_batch}-run batch, {n_flight} runs in flight, "
+            f"{n_paused} paused; unbalanced DAG turns of {args.hop_delay:g} s; "
+            f"median of {rounds} interleaved round(s); "
+            f"{os.cpu_count()} cores"
         )
-        async with server:
-            client = await server.connect(data_converter=pydantic_data_converter)
-            assert server._process is not None
-            bench = Bench(
-                client=client,
-                server_pid=server._process.pid,
-                address=server.address,
-                home=home,
-                before=args.before,
-                extra_env=dict(item.split("=", 1) for item in args.env),
-                profile=args.profile,
-            )
-            sides = ["bare", "ours"] + (["before"] if args.before else [])
-            results: dict[str, list[Figures]] = {s: [] for s in sides}
-            for round_no in range(rounds):
-                order = sides if round_no % 2 == 0 else list(reversed(sides))
-                figures = {s: Figures() for s in sides}
-                for side in order:
-                    _progress(f"round {round_no + 1}: {side}")
-                    if "throughput" in phases:
-                        began = time.perf_counter()
-                        await throughput(bench, side, n_batch, figures[side])
-                        _progress(f"  {side} throughput: {time.perf_counter() - began:.0f} s")
-                    if "latency" in phases:
-                        began = time.perf_counter()
-                        await latency(bench, side, 5, figures[side])
-                        _progress(f"  {side} latency: {time.perf_counter() - began:.0f} s")
-                    if "unbalanced" in phases:
-                        began = time.perf_counter()
-                        await unbalanced_dag(bench, side, 3, args.hop_delay, figures[side])
-                        _progress(f"  {side} unbalanced: {time.perf_counter() - began:.0f} s")
-                    if "flight" in phases:
-                        began = time.perf_counter()
-                        await in_flight(bench, side, n_flight, delay_s, figures[side])
-                        _progress(f"  {side} flight: {time.perf_counter() - began:.0f} s")
-                    if "paused" in phases:
-                        began = time.perf_counter()
-                        await paused(bench, side, n_paused, figures[side])
-                        _progress(f"  {side} paused: {time.perf_counter() - began:.0f} s")
-                for side in sides:
-                    results[side].append(figures[side])
-            print(
-                f"scale on one worker: {n_batch}-run batch, {n_flight} runs in flight, "
-                f"{n_paused} paused; unbalanced DAG turns of {args.hop_delay:g} s; "
-                f"median of {rounds} interleaved round(s); "
-                f"{os.cpu_count()} cores"
-            )
-            report(results)
+        report(results)
 
 
 def main(argv: list[str] | None = None) -> int:

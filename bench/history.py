@@ -88,6 +88,31 @@ def _where(event: Any, attr: str, scheduled: dict[int, str]) -> str:
     return names.get(attr, attr.removesuffix("_event_attributes"))
 
 
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+def _local_activity(event: Any) -> str | None:
+    """The activity type a local activity's marker records, else None."""
+    if not event.HasField("marker_recorded_event_attributes"):
+        return None
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in marker.details:
+        return None
+    try:
+        data = json.loads(marker.details["data"].payloads[0].data)
+    except (IndexError, ValueError):
+        return None
+    return str(data.get("activity_type", "?")) if isinstance(data, dict) else None
+
+
+def local_result(event: Any) -> Payload | None:
+    """The result payload of a local activity's marker (None when it failed)."""
+    details = event.marker_recorded_event_attributes.details
+    if "result" not in details or not details["result"].payloads:
+        return None
+    return details["result"].payloads[0]
+
+
 def breakdown(history: WorkflowHistory) -> Breakdown:
     """Measure a history: each event's bytes, and each payload by where it travels."""
     out = Breakdown()
@@ -104,14 +129,19 @@ def breakdown(history: WorkflowHistory) -> Breakdown:
                 event.activity_task_scheduled_event_attributes.activity_type.name
             )
         where = _where(event, attr, scheduled)
+        local = _local_activity(event)
+        result = local_result(event) if local is not None else None
         for payload in _payloads(getattr(event, attr)):
             n = len(payload.data)
-            out.payloads[where] += n
             try:
                 value = json.loads(payload.data) if payload.data else None
             except ValueError:
                 value = None
-            if attr in _ACTIVITY:
+            if local is not None:
+                # A local activity's marker: its result, and what the SDK records of the call.
+                where = f"{local} result" if payload == result else "local marker"
+            out.payloads[where] += n
+            if attr in _ACTIVITY or where == f"{local} result":
                 out.items.append((where, event.event_id, n, value))
             if isinstance(value, dict):
                 for key, item in value.items():

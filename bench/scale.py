@@ -497,10 +497,17 @@ async def history_facts(client: Client, run_id: str, ours: bool) -> HistoryFacts
             sched = e.activity_task_completed_event_attributes.scheduled_event_id
             if kinds.get(sched) in slow and sched in began:
                 calls.append((began[sched], e.event_time.ToDatetime().timestamp()))
+    # A local activity (a run's start) is an activity's work too: its marker counts as one.
+    local = sum(
+        1
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    )
     return HistoryFacts(
         calls=calls,
         size=size,
-        activities=len(scheduled),
+        activities=len(scheduled) + local,
         wft_timeouts=timeouts,
         workflow_tasks=sum(
             1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED

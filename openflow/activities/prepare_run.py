@@ -73,6 +73,10 @@ class PrepareRunActivity:
 
     @activity.defn(name=c.ACTIVITY_PREPARE)
     async def prepare_run(self, inp: c.PrepareInput) -> c.PrepareResult:
+        if activity.in_activity() and activity.info().is_local:
+            # In the workflow's task (new runs): a worker killed here loses the task, which
+            # another worker takes over when it times out; a local activity has no heartbeat.
+            return await self._prepare(inp)
         # Heartbeating throughout (MCP servers may take seconds to start): a worker killed
         # here is replaced within seconds.
         return await heartbeating(self._prepare(inp))

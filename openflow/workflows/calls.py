@@ -14,7 +14,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
@@ -59,6 +59,9 @@ TOOL_POOL = "tool-pool"
 #: A node's turn that submits stores its handoff (`TurnHandoff`); runs recorded before wrote
 #: it with a `write_handoff` activity of its own.
 HANDOFF_IN_TURN = "handoff-in-turn"
+#: A run's start prepares in a local activity (`prepare_run`); runs recorded before ran it as
+#: an activity of its own, one workflow task before the first model call.
+PREPARE_LOCAL = "prepare-local"
 
 
 def finished(
@@ -88,39 +91,83 @@ def finished(
 
 async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
     """The run's start, its workflow always filled in (a result leaves it out when it is the
-    run's own with its provider settled)."""
-    result = await _prepare_run(inp)
+    run's own with its provider settled).
+
+    New runs prepare in a local activity: the first workflow task runs it on its own worker
+    and, in the same completion, schedules the first model calls. Runs recorded before ran a
+    regular activity (and replay as they ran).
+    """
+    local = workflow.patched(PREPARE_LOCAL)
+    result = await _prepare_run(inp, local)
     if result.workflow is None:
         settled = c.settled_workflow(inp.workflow, result.active_provider)
         result = result.model_copy(update={"workflow": settled})
     return result
 
 
-async def _prepare_run(inp: c.RunInput) -> c.PrepareResult:
+async def _prepare_run(inp: c.RunInput, local: bool) -> c.PrepareResult:
     """The run's start, with the workflow its client stored named instead of carried; asked
     again with the workflow itself when the store does not have it."""
     if inp.workflow_stored:
-        result = await _prepare_activity(inp, by_reference=True)
+        result = await _prepare_activity(inp, by_reference=True, local=local)
         if not result.workflow_missing:
             return result
-    return await _prepare_activity(inp, by_reference=False)
+    return await _prepare_activity(inp, by_reference=False, local=local)
 
 
-async def _prepare_activity(inp: c.RunInput, *, by_reference: bool) -> c.PrepareResult:
+#: A start tried again after a transient failure: after 0.5, 1, 2 and 4 s.
+PREPARE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=5)
+#: A start in the workflow's task tried again here, after 0.1 and 0.2 s, before it moves
+#: to `PREPARE_RETRY`'s activity, which any worker may take.
+PREPARE_LOCAL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3)
+#: How long one try of a start may take (MCP servers that start slowly included).
+PREPARE_TIMEOUT = timedelta(minutes=2)
+
+
+async def _prepare_activity(inp: c.RunInput, *, by_reference: bool, local: bool) -> c.PrepareResult:
+    prepare_input = c.PrepareInput(
+        run_id=inp.run_id,
+        workflow=None if by_reference else inp.workflow,
+        project_dir=inp.project_dir,
+        provider_id=inp.provider_id,
+        workflow_stored=inp.workflow_stored if by_reference else "",
+    )
+    if local:
+        try:
+            # On the workflow's own worker, inside its task: history records only the
+            # outcome, and the first model calls go out in the same task's completion. A
+            # worker lost here loses the task, which another worker takes over once it times
+            # out (`WORKFLOW_TASK_TIMEOUT`) and prepares again. The retries' backoffs are far
+            # below the threshold: they run inside the task too.
+            return await workflow.execute_local_activity_method(
+                PrepareRunActivity.prepare_run,
+                prepare_input,
+                start_to_close_timeout=PREPARE_TIMEOUT,
+                retry_policy=PREPARE_LOCAL_RETRY,
+                local_retry_threshold=timedelta(seconds=5),
+                # No summary: the marker names its activity, and history keeps every byte.
+            )
+        except ActivityError as exc:
+            if _permanent(exc):
+                raise
+            # What may pass elsewhere (a folder this worker cannot see, a store that did not
+            # answer): the start goes on as an activity of its own, which any worker takes.
     return await workflow.execute_activity_method(
         PrepareRunActivity.prepare_run,
-        c.PrepareInput(
-            run_id=inp.run_id,
-            workflow=None if by_reference else inp.workflow,
-            project_dir=inp.project_dir,
-            provider_id=inp.provider_id,
-            workflow_stored=inp.workflow_stored if by_reference else "",
-        ),
-        start_to_close_timeout=timedelta(minutes=2),
+        prepare_input,
+        start_to_close_timeout=PREPARE_TIMEOUT,
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
         # Safe to run again: a worker lost here is replaced after half a second.
-        retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_attempts=5),
+        retry_policy=PREPARE_RETRY,
         summary="prepare run",
+    )
+
+
+def _permanent(exc: ActivityError) -> bool:
+    """Whether an activity failed for good: trying it again elsewhere would not help."""
+    cause = exc.cause
+    return exc.retry_state == RetryState.NON_RETRYABLE_FAILURE or (
+        isinstance(cause, ApplicationError) and cause.non_retryable
     )
 
 

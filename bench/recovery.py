@@ -68,6 +68,15 @@ async def _started_activities(client: Client, run_id: str) -> list[str]:
     ]
 
 
+async def _task_workers(client: Client, run_id: str) -> list[str]:
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    return [
+        e.workflow_task_started_event_attributes.identity
+        for e in history.events
+        if e.HasField("workflow_task_started_event_attributes")
+    ]
+
+
 async def kill_mid_turn(client: Client, env: dict[str, str], home: Path) -> float:
     """Seconds from killing the worker of a running model turn to the turn running elsewhere."""
     write_scripted_settings(home, {"a": [{"submit": {"summary": "x"}, "delay_ms": TURN_DELAY_MS}]})
@@ -80,13 +89,15 @@ async def kill_mid_turn(client: Client, env: dict[str, str], home: Path) -> floa
             if state.status_by_node.get("a") == "started":
                 break
             await asyncio.sleep(0.02)
-        # prepare_run's started event is in history; the turn's is written when it ends.
-        identity = (await _started_activities(client, run_id))[-1]
+        # The turn's started event is written when it ends: its worker is the one whose task
+        # scheduled it (a new run's first task, which also prepared it in a local activity),
+        # as eager dispatch hands a task's activities to its own worker.
+        identity = (await _task_workers(client, run_id))[-1]
         owner = next(w for w in workers if w.pid == int(identity.split("@")[0]))
         killed = time.monotonic()
         owner.send_signal(signal.SIGKILL)
         owner.wait()
-        while len(await _started_activities(client, run_id)) < 3:
+        while len(await _started_activities(client, run_id)) < 2:
             await asyncio.sleep(0.02)
         return time.monotonic() - killed - TURN_DELAY_MS / 1000
     finally:

@@ -7,6 +7,7 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -178,7 +179,9 @@ class PrepareResult(OmitDefaults, _Model):
     workflow: Workflow | None = None
     profiles: dict[str, dict[str, Any]]
     active_provider: str
+    #: Sorted; in JSON a known set of them travels as its name (`TOOL_SETS`).
     tool_names: list[str]
+    #: "" when it is the run's project folder (`PrepareInput.project_dir`).
     execution_dir: str
     #: MCP tools whose server is marked `read`: approval treats their calls as reads.
     read_tools: list[str] = Field(default_factory=list)
@@ -187,11 +190,62 @@ class PrepareResult(OmitDefaults, _Model):
     #: The webhooks of settings.json when the run started (no URLs, no secrets).
     webhooks: list[WebhookRef] = Field(default_factory=list)
     #: The digests of the request header parts stored under `HEADER_PARTS_KEY`
-    #: (`openflow.engine.headers`): calls send these by reference.
+    #: (`openflow.engine.headers`): calls send these by reference. Results since
+    #: `header_parts_digest` leave them out.
     header_parts: list[str] = Field(default_factory=list)
+    #: One digest for the set of parts stored (`parts_digest`): the workflow foretells the
+    #: same set from its own start (`headers.expected_parts`) and checks it against this.
+    header_parts_digest: str = ""
     #: The stored workflow the input named is missing or not the one named: the run's start
     #: is asked again with the workflow itself (nothing else in this result is filled in).
     workflow_missing: bool = False
+
+    @field_serializer("tool_names")
+    def _tool_names(self, names: list[str]) -> list[str]:
+        """The names with the largest known set among them as its name (`TOOL_SETS`)."""
+        listed = set(names)
+        if len(listed) != len(names):
+            return names
+        for name, known in _SETS_LARGEST_FIRST:
+            if listed.issuperset(known):
+                return [name, *sorted(listed.difference(known))]
+        return names
+
+    @field_validator("tool_names", mode="before")
+    @classmethod
+    def _known_tool_names(cls, names: Any) -> Any:
+        if not isinstance(names, list) or not any(str(n).startswith("@") for n in names):
+            return names
+        found: set[str] = set()
+        for name in names:
+            known = TOOL_SETS.get(name) if str(name).startswith("@") else None
+            if str(name).startswith("@") and known is None:
+                raise ValueError(f"unknown tool set {name!r}")
+            found.update(known or (name,))
+        return sorted(found)
+
+
+#: Sets of tool names a start's result names instead of listing (the worker's own tools, as
+#: `tools.registry.default_registry` offers them). A recorded result names its set for good:
+#: add a set under a new name, never change or remove one.
+TOOL_SETS: dict[str, frozenset[str]] = {
+    "@builtin-1": frozenset(
+        {
+            "apply_patch",
+            "ast_edit",
+            "ast_grep",
+            "bash",
+            "edit",
+            "find",
+            "ls",
+            "openflow_update_todo_list",
+            "read",
+            "search",
+            "write",
+        }
+    ),
+}
+_SETS_LARGEST_FIRST = sorted(TOOL_SETS.items(), key=lambda item: (-len(item[1]), item[0]))
 
 
 def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
@@ -205,6 +259,11 @@ def settled_workflow(workflow: Workflow, provider_id: str) -> Workflow:
 
 #: Where a run's start stores its request header parts, by digest.
 HEADER_PARTS_KEY = "header-parts.json"
+
+
+def parts_digest(digests: Iterable[str]) -> str:
+    """The name of a set of header parts: a digest of their digests, sorted."""
+    return hashlib.sha256(",".join(sorted(digests)).encode()).hexdigest()[:16]
 
 
 def workflow_digest(data: bytes) -> str:
@@ -610,6 +669,8 @@ class WebhookResult(_Model):
 
 __all__ = [
     "HEADER_PARTS_KEY",
+    "TOOL_SETS",
+    "parts_digest",
     "settled_workflow",
     "ACTIVITY_LIST_WEBHOOKS",
     "ACTIVITY_WEBHOOK",

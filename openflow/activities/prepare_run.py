@@ -30,6 +30,7 @@ from openflow.engine.headers import expected_parts
 from openflow.engine.limits import schema_limit_problem
 from openflow.engine.policy import HARNESS_TOOLS, SEAL_TOOL
 from openflow.engine.spec import AgentsFile, CallableAgent, Workflow
+from openflow.engine.state import RunSnapshot
 from openflow.engine.subagents import snapshot_agents
 from openflow.paths import agents_path
 from openflow.settings import SETTINGS_FILE, AppSettings, ProviderProfile, load_settings
@@ -134,12 +135,14 @@ class PrepareRunActivity:
             profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
             active_provider=active,
             tool_names=tool_names,
-            execution_dir=execution_dir,
+            # The run's project, when it works there: the workflow knows it.
+            execution_dir="" if execution_dir == inp.project_dir else execution_dir,
             warnings=warnings,
             agents=agents,
             read_tools=read_tools,
             webhooks=webhook_refs(settings.webhooks),
-            header_parts=parts,
+            # One digest for the set: the workflow knows the set from its own start.
+            header_parts_digest=parts,
         )
 
     def _stored_workflow(self, inp: c.PrepareInput) -> Workflow | None:
@@ -165,9 +168,9 @@ class PrepareRunActivity:
         tool_names: list[str],
         agents: list[CallableAgent],
         read_tools: list[str],
-    ) -> list[str]:
+    ) -> str:
         """Store the request header parts the run's calls will carry (the engine's start,
-        as the workflow will make it, foretells them); their digests.
+        as the workflow will make it, foretells them); the digest of their set ("" for none).
 
         The parts depend on neither the run's id nor its folder, so the runs of one workflow
         share the engine's work; a part is named by its digest, so one the calls do not carry
@@ -190,9 +193,13 @@ class PrepareRunActivity:
             known = self._foretold_parts(inp, wf, execution_dir, tool_names, agents, read_tools)
             self._parts.put(key, known)
         data, digests = known
-        if digests:
-            self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
-        return list(digests)
+        if not digests:
+            return ""
+        self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
+        digest = c.parts_digest(digests)
+        # The run's workflow, on this worker, finds its set here.
+        _FORETOLD.put(digest, frozenset(digests))
+        return digest
 
     def _foretold_parts(
         self,
@@ -344,6 +351,31 @@ class PrepareRunActivity:
         return kept
 
 
+#: The header part sets recent starts stored, by `contracts.parts_digest`.
+_FORETOLD: Lru[str, frozenset[str]] = Lru(256)
+
+
+def stored_parts(result: c.PrepareResult, snapshot: RunSnapshot) -> frozenset[str]:
+    """The header parts a run's start stored (`snapshot`: the run's first).
+
+    A result names the set by its digest: the worker that prepared the run knows it; any
+    other (one that took the run over) foretells it again from the snapshot, as the start
+    did. A set that does not match the digest is none (its calls send their headers whole).
+    Results from before the digest list the parts themselves.
+    """
+    digest = result.header_parts_digest
+    if not digest:
+        return frozenset(result.header_parts)
+    known = _FORETOLD.get(digest)
+    if known is None:
+        found = frozenset(expected_parts(snapshot))
+        if c.parts_digest(found) != digest:
+            return frozenset()
+        _FORETOLD.put(digest, found)
+        known = found
+    return known
+
+
 def _mcp_context(wf: Workflow) -> bool:
     """Whether a node of the workflow reads MCP resources or prompts."""
     return any(n.agent.mcp_resources or n.agent.mcp_prompts for n in wf.nodes)
@@ -367,4 +399,4 @@ def _workflow(inp: c.PrepareInput) -> Workflow:
     return inp.workflow
 
 
-__all__ = ["PrepareRunActivity", "raise_app"]
+__all__ = ["PrepareRunActivity", "raise_app", "stored_parts"]

@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
     from openflow.activities.model_turn import ModelTurnActivity, submitted_handoff
-    from openflow.activities.prepare_run import PrepareRunActivity
+    from openflow.activities.prepare_run import PrepareRunActivity, stored_parts
     from openflow.activities.read_receipt import ReadReceiptActivity
     from openflow.activities.revert_batch import RevertBatchActivity
     from openflow.activities.tool_batch import ToolBatchActivity
@@ -90,8 +90,9 @@ def finished(
 
 
 async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
-    """The run's start, its workflow always filled in (a result leaves it out when it is the
-    run's own with its provider settled).
+    """The run's start, its workflow and folder always filled in (a result leaves out the
+    workflow when it is the run's own with its provider settled, and the folder when it is the
+    run's project).
 
     New runs prepare in a local activity: the first workflow task runs it on its own worker
     and, in the same completion, schedules the first model calls. Runs recorded before ran a
@@ -99,10 +100,13 @@ async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
     """
     local = workflow.patched(PREPARE_LOCAL)
     result = await _prepare_run(inp, local)
+    update: dict[str, Any] = {}
     if result.workflow is None:
-        settled = c.settled_workflow(inp.workflow, result.active_provider)
-        result = result.model_copy(update={"workflow": settled})
-    return result
+        update["workflow"] = c.settled_workflow(inp.workflow, result.active_provider)
+    if not result.execution_dir:
+        # Left out when the run works in its project (results before always named it).
+        update["execution_dir"] = inp.project_dir or ""
+    return result.model_copy(update=update) if update else result
 
 
 async def _prepare_run(inp: c.RunInput, local: bool) -> c.PrepareResult:
@@ -416,6 +420,7 @@ __all__ = [
     "model_turn",
     "prepare_run",
     "read_receipt",
+    "stored_parts",
     "tool_batch",
     "write_handoff",
 ]

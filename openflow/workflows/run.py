@@ -189,7 +189,6 @@ class OpenFlowRun:
             self._active_provider = prepared.active_provider
             self._webhooks = prepared.webhooks
             self._execution_dir = prepared.execution_dir
-            self._header_parts = set(prepared.header_parts)
             assert prepared.workflow is not None  # calls.prepare_run fills it in
             plan = engine.start(
                 prepared.workflow,
@@ -209,6 +208,7 @@ class OpenFlowRun:
                 limits=workflow.patched(INPUT_LIMITS),
                 budget=inp.budget,
             )
+            self._header_parts = set(calls.stored_parts(prepared, plan.snapshot))
             del prepared  # a run waits for months: nothing of its start is kept but the plan
         else:
             self._profiles = inp.profiles or {}

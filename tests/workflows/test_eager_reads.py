@@ -15,11 +15,15 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def _activities(harness: Harness, run_id: str) -> list[str]:
+    """The run's activities in order, its start's (a local activity, a marker) included."""
     history = await harness.handle(run_id).fetch_history()
     return [
         e.activity_task_scheduled_event_attributes.activity_type.name
+        if e.HasField("activity_task_scheduled_event_attributes")
+        else "prepare_run"
         for e in history.events
         if e.HasField("activity_task_scheduled_event_attributes")
+        or e.marker_recorded_event_attributes.marker_name == "core_local_activity"
     ]
 
 

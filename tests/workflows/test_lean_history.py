@@ -144,10 +144,11 @@ async def test_a_typical_runs_history_is_near_a_bare_workflows(
         assert await handle.result() == DAG_ACTIVITIES
     bare = await handle.fetch_history()
     scheduled = [e for e in ours.events if e.HasField("activity_task_scheduled_event_attributes")]
-    assert len(scheduled) == DAG_ACTIVITIES
-    # The workflow travels once: prepare_run reads the one its client stored.
-    prepared = breakdown(ours).of("prepare_run input")
-    assert [v.get("workflow") for _, _, v in prepared] == [None]
+    # The start prepares in a local activity: history holds its outcome, not its input.
+    assert len(scheduled) == DAG_ACTIVITIES - 1
+    assert len(breakdown(ours).of("prepare_run result")) == 1
+    # The workflow travels once, in the start's input.
+    assert not breakdown(ours).of("prepare_run input")
     ratio = breakdown(ours).total / breakdown(bare).total
     assert ratio <= MAX_RATIO, f"history is {ratio:.2f}x bare's"
 
@@ -163,8 +164,9 @@ async def test_a_run_started_from_temporals_client_carries_its_workflow(harness:
         task_queue=harness.task_queue,
     )
     assert RunResult.model_validate(await handle.result()).status == "completed"
-    prepared = breakdown(await handle.fetch_history()).of("prepare_run input")
-    assert [v["workflow"]["id"] for _, _, v in prepared] == [wf.id]
+    # Its start (a local activity: no input in history) had the workflow at once.
+    prepared = breakdown(await handle.fetch_history()).of("prepare_run result")
+    assert [v.get("workflow_missing", False) for _, _, v in prepared] == [False]
 
 
 async def test_a_store_that_lost_the_workflow_gets_it_inline(
@@ -180,6 +182,7 @@ async def test_a_store_that_lost_the_workflow_gets_it_inline(
     async with build_worker(client, task_queue, openflow_home):
         result = await harness.result(run_id)
     assert result.status == "completed", result
-    prepared = breakdown(await harness.handle(run_id).fetch_history()).of("prepare_run input")
-    assert [v.get("workflow", {}).get("id") for _, _, v in prepared] == [None, wf.id]
+    # Asked once by reference, then with the workflow itself.
+    prepared = breakdown(await harness.handle(run_id).fetch_history()).of("prepare_run result")
+    assert [v.get("workflow_missing", False) for _, _, v in prepared] == [True, False]
     await harness.replay(run_id)

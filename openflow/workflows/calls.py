@@ -14,7 +14,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, RetryState
 
 with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
@@ -92,7 +92,8 @@ def finished(
 async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
     """The run's start, its workflow and folder always filled in (a result leaves out the
     workflow when it is the run's own with its provider settled, and the folder when it is the
-    run's project).
+    run's project). A start that cannot be made raises an `ActivityError`, or from a local
+    activity the `ApplicationError` itself.
 
     New runs prepare in a local activity: the first workflow task runs it on its own worker
     and, in the same completion, schedules the first model calls. Runs recorded before ran a
@@ -151,7 +152,9 @@ async def _prepare_activity(inp: c.RunInput, *, by_reference: bool, local: bool)
                 local_retry_threshold=timedelta(seconds=5),
                 # No summary: the marker names its activity, and history keeps every byte.
             )
-        except ActivityError as exc:
+        except FailureError as exc:
+            # A local activity's failure arrives as itself (an ApplicationError, a
+            # TimeoutError), not wrapped in an ActivityError.
             if _permanent(exc):
                 raise
             # What may pass elsewhere (a folder this worker cannot see, a store that did not
@@ -167,12 +170,13 @@ async def _prepare_activity(inp: c.RunInput, *, by_reference: bool, local: bool)
     )
 
 
-def _permanent(exc: ActivityError) -> bool:
+def _permanent(exc: FailureError) -> bool:
     """Whether an activity failed for good: trying it again elsewhere would not help."""
-    cause = exc.cause
-    return exc.retry_state == RetryState.NON_RETRYABLE_FAILURE or (
-        isinstance(cause, ApplicationError) and cause.non_retryable
-    )
+    if isinstance(exc, ActivityError):
+        if exc.retry_state == RetryState.NON_RETRYABLE_FAILURE:
+            return True
+        exc = exc.cause if isinstance(exc.cause, FailureError) else exc
+    return isinstance(exc, ApplicationError) and exc.non_retryable
 
 
 async def listed_webhooks() -> list[c.WebhookRef]:

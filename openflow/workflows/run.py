@@ -165,10 +165,11 @@ class OpenFlowRun:
         if inp.snapshot is None:
             try:
                 prepared = await calls.prepare_run(inp)
-            except ActivityError as exc:
+            except (ActivityError, ApplicationError) as exc:
                 # Settings that cannot start the run (a missing key, an unknown provider, a
-                # broken script): the run ends failed, saying what to fix.
-                cause = exc.cause
+                # broken script): the run ends failed, saying what to fix. (A local
+                # activity's failure is its cause itself.)
+                cause = exc.cause if isinstance(exc, ActivityError) else exc
                 message = getattr(cause, "message", None) or str(cause or exc)
                 if workflow.patched(FAILED_START_NOTICES):
                     self._webhooks = await calls.listed_webhooks()

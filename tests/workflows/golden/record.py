@@ -15,9 +15,10 @@ import asyncio
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from openflow.server import EmbeddedServer, free_port
-from openflow.testing import LocalRuns, write_scripted_settings
+from openflow.testing import LocalRuns, drive, write_scripted_settings
 from tests.workflows.conftest import make_workflow, node
 
 HERE = Path(__file__).resolve().parent
@@ -63,6 +64,8 @@ async def record(names: list[str]) -> None:
                     await _reads_and_review(client, home, local)
                 if not names or "handoff_in_turn" in names:
                     await _handoff_in_turn(client, home, local)
+                if not names or "prepare_local" in names:
+                    await _prepare_local(client, home, local)
 
                 if names and "stopped_mid_tool" not in names:
                     return
@@ -151,6 +154,31 @@ async def _handoff_in_turn(client: object, home: Path, local: LocalRuns) -> None
     assert result.status == "completed", result.status
     history = await client.get_workflow_handle(result.run_id).fetch_history()  # type: ignore[attr-defined]
     (HERE / "handoff_in_turn.json").write_text(history.to_json())
+
+
+async def _prepare_local(client: Any, home: Path, local: LocalRuns) -> None:
+    """A start prepared in local activities: asked again with the workflow (this client's
+    store is not the worker's), its project folder missing on the worker until the start has
+    moved on to an activity of its own; then a node asking and one after it."""
+    write_scripted_settings(
+        home,
+        {"ask": [{"ask": "Which one?"}, {"submit": {"summary": "that one"}}]},
+        exhausted="echo",
+    )
+    project = home / "mounted-later"
+    wf = make_workflow([node("ask", requestUserInput=True), node("next")], [("ask", "next")])
+    run_id = await local.runs.start(wf, entrypoint="go", project_dir=str(project))
+    handle = client.get_workflow_handle(run_id)
+    for _ in range(600):
+        history = await handle.fetch_history()
+        if any(e.HasField("activity_task_scheduled_event_attributes") for e in history.events):
+            break
+        await asyncio.sleep(0.05)
+    project.mkdir()
+    result = await drive(local.runs, run_id, [("ask", "this")], [])
+    assert result.status == "completed", result.status
+    history = await handle.fetch_history()
+    (HERE / "prepare_local.json").write_text(history.to_json())
 
 
 if __name__ == "__main__":

@@ -189,9 +189,12 @@ async def tool_turn_overhead(
     elapsed, run_id = await _run(client, home, single(), {"busy": tool_turns(turns, tool=tool)})
     history = await client.get_workflow_handle(run_id).fetch_history()
     activities = sum(
-        1 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+        1
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        or e.marker_recorded_event_attributes.marker_name == "core_local_activity"
     )
-    per_turn = round((activities - 2) / turns)  # less prepare_run and the submit turn
+    per_turn = round((activities - 2) / turns)  # less prepare_run (local) and the submit turn
     return elapsed * 1000 / turns, await bare_workflow_ms_per_step(client, turns), per_turn
 
 

@@ -41,7 +41,7 @@ EPOCHS: tuple[tuple[str, frozenset[str]], ...] = (
                 "signal-required-fields",
                 "webhooks",
                 # Never shipped alone: new with the epoch, taken by every run that records it.
-                "start-attributes",
+                "lean-attributes",
             }
         ),
     ),

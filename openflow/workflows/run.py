@@ -74,8 +74,8 @@ POST_RUN_REVIEW = "post-run-review"
 INPUT_LIMITS = "input-limits"
 FAILED_START_NOTICES = "failed-start-notices"
 ACTIONS_DELIVERED = "actions-delivered"
-#: A run's first plan upserts its search attributes only where they differ from the start's.
-START_ATTRIBUTES = "start-attributes"
+#: A run upserts only the search attributes that changed since its start or its last upsert.
+LEAN_ATTRIBUTES = "lean-attributes"
 
 
 def _start_attributes() -> tuple[str, tuple[str, ...]] | None:
@@ -316,14 +316,18 @@ class OpenFlowRun:
 
     def _update_visibility(self, plan: Plan) -> None:
         attrs = (self._status, display.awaiting_nodes(plan))
-        if self._last_attrs is None and patches.on(START_ATTRIBUTES):
+        lean = patches.on(LEAN_ATTRIBUTES)
+        if self._last_attrs is None and lean:
             # What the start set needs no upsert to say again.
             self._last_attrs = _start_attributes()
         if attrs != self._last_attrs:
-            self._last_attrs = attrs
-            workflow.upsert_search_attributes(
-                [STATUS.value_set(attrs[0]), AWAITING.value_set(list(attrs[1]))]
-            )
+            last, self._last_attrs = self._last_attrs, attrs
+            upserts = [STATUS.value_set(attrs[0]), AWAITING.value_set(list(attrs[1]))]
+            if lean and last is not None:
+                upserts = [
+                    u for u, now, was in zip(upserts, attrs, last, strict=True) if now != was
+                ]
+            workflow.upsert_search_attributes(upserts)
         workflow.set_current_details(display.run_details(plan))
 
     # --- webhooks -----------------------------------------------------------------------

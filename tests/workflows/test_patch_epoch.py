@@ -37,18 +37,30 @@ def markers(history: WorkflowHistory) -> list[str]:
     return found
 
 
-def status_upserts(history: WorkflowHistory) -> list[tuple[str, list[str]]]:
-    """The (status, awaiting) each search-attribute upsert of OpenFlow's own set."""
+def status_upserts(history: WorkflowHistory) -> list[dict[str, Any]]:
+    """What each upsert of OpenFlow's own search attributes set, in order."""
     found = []
     for event in history.events:
         if event.event_type != EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
             continue
         fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
-        if c.SA_STATUS in fields.indexed_fields:
-            status = json.loads(fields.indexed_fields[c.SA_STATUS].data)
-            awaiting = json.loads(fields.indexed_fields[c.SA_AWAITING].data)
-            found.append((status, awaiting))
+        mine = {
+            k: json.loads(v.data)
+            for k, v in fields.indexed_fields.items()
+            if k in (c.SA_STATUS, c.SA_AWAITING)
+        }
+        if mine:
+            found.append(mine)
     return found
+
+
+def assert_lean(upserts: list[dict[str, Any]]) -> None:
+    """Each upsert says only what changed since the start (running, nobody awaited) or the
+    upsert before."""
+    last: dict[str, Any] = {c.SA_STATUS: "running", c.SA_AWAITING: []}
+    for upsert in upserts:
+        assert upsert and all(last[k] != v for k, v in upsert.items()), (upsert, last)
+        last.update(upsert)
 
 
 def activities(history: WorkflowHistory) -> list[tuple[str, str]]:
@@ -89,7 +101,7 @@ def test_every_patch_the_workflow_asks_is_covered_by_the_epoch() -> None:
         run_module.INPUT_LIMITS,
         run_module.FAILED_START_NOTICES,
         run_module.ACTIONS_DELIVERED,
-        run_module.START_ATTRIBUTES,
+        run_module.LEAN_ATTRIBUTES,
         calls.TOOL_RECEIPTS,
         calls.TOOL_POOL,
         calls.HANDOFF_IN_TURN,
@@ -152,7 +164,7 @@ async def test_a_new_run_records_one_marker_and_runs_as_with_every_patch_on(
     old_events = [e.type for e in await harness.runs.events(before)]
     assert [e.type for e in await harness.runs.events(now)] == old_events
     # The start said "running" with nobody awaited: only the end is upserted.
-    assert status_upserts(new) == status_upserts(old) == [("completed", [])]
+    assert status_upserts(new) == status_upserts(old) == [{c.SA_STATUS: "completed"}]
     await replay_history(new)
 
 
@@ -181,6 +193,10 @@ async def test_a_signal_with_the_start_runs_its_handler_under_the_epoch(
     assert (await harness.result(run_id)).status == "completed"
     history = await harness.handle(run_id).fetch_history()
     assert markers(history) == [EPOCH]
+    upserts = status_upserts(history)
+    assert_lean(upserts)
+    assert {c.SA_AWAITING: ["a"]}.items() <= upserts[0].items()
+    assert upserts[-1] == {c.SA_STATUS: "completed"}
     ignored = [e for e in await harness.events(run_id) if e.type == "ActionIgnored"]
     assert len(ignored) == 1 and "text" in ignored[0].reason
     await replay_history(history)
@@ -217,6 +233,9 @@ async def test_a_run_started_before_the_epoch_goes_on_asking_each_patch_then_con
     for execution in rest:
         assert markers(execution) == [EPOCH]
         # It started with the status the one before left: no upsert says it again.
-        assert ("running", []) not in status_upserts(execution)
+        assert_lean(status_upserts(execution))
+    assert status_upserts(rest[-1]) == [{c.SA_STATUS: "completed"}]
+    # Before the epoch, each upsert carried both; now only what changed.
+    assert all(len(u) == 2 for u in status_upserts(first))
     for execution in (first, *rest):
         await replay_history(execution)

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, assert_never
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -322,11 +322,11 @@ class OpenFlowRun:
             self._last_attrs = _start_attributes()
         if attrs != self._last_attrs:
             last, self._last_attrs = self._last_attrs, attrs
-            upserts = [STATUS.value_set(attrs[0]), AWAITING.value_set(list(attrs[1]))]
-            if lean and last is not None:
-                upserts = [
-                    u for u, now, was in zip(upserts, attrs, last, strict=True) if now != was
-                ]
+            upserts: list[SearchAttributeUpdate[Any]] = []
+            if not lean or last is None or attrs[0] != last[0]:
+                upserts.append(STATUS.value_set(attrs[0]))
+            if not lean or last is None or attrs[1] != last[1]:
+                upserts.append(AWAITING.value_set(list(attrs[1])))
             workflow.upsert_search_attributes(upserts)
         workflow.set_current_details(display.run_details(plan))
 

@@ -3,7 +3,7 @@
 the engine folds, a failure included. Cancellation propagates to the caller.
 
 Activity names, inputs and the order of the commands are a durable contract: a recorded history
-replays only if these calls stay as they were (`workflow.patched` guards each change).
+replays only if these calls stay as they were (`patches.on` guards each change).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
         WriteHandoff,
     )
+    from openflow.workflows import patches
 
 MODEL_TIMEOUT = timedelta(minutes=30)
 TOOL_TIMEOUT = timedelta(hours=2)
@@ -99,7 +100,7 @@ async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
     and, in the same completion, schedules the first model calls. Runs recorded before ran a
     regular activity (and replay as they ran).
     """
-    local = workflow.patched(PREPARE_LOCAL)
+    local = patches.on(PREPARE_LOCAL)
     result = await _prepare_run(inp, local)
     update: dict[str, Any] = {}
     if result.workflow is None:
@@ -317,7 +318,7 @@ def turn_handoff(snapshot: RunSnapshot, intent: CallModel) -> c.TurnHandoff | No
     if node is None:
         return None
     spec = node.agent.handoff
-    if spec.format not in ("json", "markdown") or not workflow.patched(HANDOFF_IN_TURN):
+    if spec.format not in ("json", "markdown") or not patches.on(HANDOFF_IN_TURN):
         return None
     if spec.format == "markdown":
         headings = template_headings(getattr(spec, "template", "") or "")
@@ -341,7 +342,7 @@ async def tool_batch(intent: RunTools, snapshot: RunSnapshot) -> ToolsFinished |
     except ActivityError as exc:
         # Runs recorded before receipts settled a lost batch as unknown at once (the marker is
         # asked only where they asked it).
-        receipts = intent.side_effects and workflow.patched(TOOL_RECEIPTS)
+        receipts = intent.side_effects and patches.on(TOOL_RECEIPTS)
         return ToolsFailed(
             batch_id=intent.batch_id, reason=str(exc.cause or exc), receipts=receipts
         )
@@ -367,7 +368,7 @@ async def _batch_activity(
                 ToolBatchActivity.tool_batch,
                 arg,
                 task_queue=c.tool_task_queue(workflow.info().task_queue)
-                if workflow.patched(TOOL_POOL)
+                if patches.on(TOOL_POOL)
                 else None,
                 start_to_close_timeout=TOOL_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,

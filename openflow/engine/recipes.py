@@ -138,8 +138,8 @@ def foretold(header_input: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if "entrypoint" in clean:
         clean["entrypoint"] = ""
     if isinstance(clean.get("metrics"), dict):
-        # Zero whatever its type: a start's cost is 0, a run's end's 0.0.
-        clean["metrics"] = dict.fromkeys(clean["metrics"], 0)
+        # The same zeros at the start as at the end (a start's cost is 0, an end's 0.0).
+        clean["metrics"] = {k: 0.0 if k == "estimatedCostUsd" else 0 for k in clean["metrics"]}
     if "failedNodes" in clean:
         clean["failedNodes"] = []
     return {**header_input, "runEvidence": clean} if header_input is not None else None

@@ -172,3 +172,22 @@ def test_a_patch_keeps_key_order_and_number_types(base: Any, value: Any) -> None
 
 def test_a_recipe_leaves_out_its_defaults() -> None:
     assert InputRecipe().model_dump(mode="json") == {}
+
+
+def test_a_markdown_handoffs_manifest_comes_from_its_file() -> None:
+    handoff = {"format": "markdown", "template": "# Findings"}
+    doc = agent_node("doc", handoff=handoff, output_schema={})
+    wf = workflow([doc, agent_node("use")], [("doc", "use")])
+    started = engine.start(wf, "run-test", 0, entrypoint_text="hello", tool_names=TOOL_NAMES)
+    parts = expected_parts(started.snapshot)
+    script = {"doc": [submit({"markdown": "# Findings\n\nThe wells run dry."}, "Wrote it.")]}
+    script["use"] = [ok_summary()]
+    driver = StoringDriver(wf, script)
+    driver.run()
+    header = _first_calls(driver)["use"]
+    slim, _ = by_reference(header, set(parts))
+    sent, recipe = input_recipe(driver.snapshot, slim.input, parts)
+    assert recipe is not None
+    assert [(r.take, r.format) for r in recipe.refs] == [("manifest", "markdown")]
+    assert sent is not None and sent["upstream"][0]["output"] == {"summary": "Wrote it."}
+    assert _text(resolve(sent, recipe, parts, driver.files)) == _text(slim.input)

@@ -211,8 +211,8 @@ def input_recipe(
     snapshot: RunSnapshot, header_input: dict[str, Any] | None, parts: Collection[str]
 ) -> tuple[dict[str, Any] | None, InputRecipe | None]:
     """What a call carries for `header_input`: the input (null where references go, None
-    when a stored part stands for it) and its recipe; the input itself and None when nothing
-    of it is in the store, or its recipe would cost more."""
+    when a stored part stands for it) and its recipe; the input itself and None when the
+    store holds nothing of it worth a reference."""
     if not header_input or not parts:
         return header_input, None
     refs = _refs(snapshot, header_input)
@@ -253,19 +253,11 @@ def resolve(
     for ref in recipe.refs:
         data = files[ref.key]
         manifest = handoff_manifest(ref.node, ref.format, data)
-        if ref.take == "manifest":
-            item: Any = manifest
-        else:
-            output = json.loads(data)
-            item = (
-                output
-                if ref.take == "output"
-                else {
-                    "node_id": ref.node,
-                    "output": output,
-                    "handoff": manifest,
-                }
-            )
+        item: Any = manifest
+        if ref.take == "output":
+            item = json.loads(data)
+        elif ref.take == "entry":
+            item = {"node_id": ref.node, "output": json.loads(data), "handoff": manifest}
         value = _put(value, ref.at, item)
     if value is not None and not isinstance(value, dict):
         raise TypeError("a recipe makes an object")

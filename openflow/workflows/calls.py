@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow.engine.advance import eager_tools
     from openflow.engine.display import model_summary, tools_summary
     from openflow.engine.headers import by_reference, header_set, part_digest
+    from openflow.engine.recipes import RECIPE_MARK, InputRecipe, input_recipe
     from openflow.engine.request import AgentRequest, ProviderFailure
     from openflow.engine.spec import template_headings
     from openflow.engine.state import (
@@ -227,6 +228,7 @@ async def model_turn(
     set_input = rest.input if stored_set and rest is not None else None
     if stored_set:
         rest, refs = None, None
+    stored_set, set_input, recipe = _input_by_reference(snapshot, stored_set, set_input, parts)
     eager = (
         eager_tools(snapshot, intent.node_id, request.tool_names)
         if intent.purpose == "node"
@@ -243,6 +245,7 @@ async def model_turn(
         header_refs=refs,
         header_set=stored_set,
         header_input=set_input,
+        header_recipe=recipe,
         delta=intent.delta,
         provider_id=request.provider_id or provider_id,
         eager=bool(eager),
@@ -296,6 +299,20 @@ async def model_turn(
             arg.model_copy(update={"node_id": intent.node_id}), request, result
         ),
     )
+
+
+def _input_by_reference(
+    snapshot: RunSnapshot, stored_set: str, set_input: dict[str, Any] | None, parts: set[str] | None
+) -> tuple[str, dict[str, Any] | None, InputRecipe | None]:
+    """The header set, input and recipe a call that names its header set carries: what of
+    its input the run store holds travels as references (`engine.recipes`), while the store
+    keeps the parts (a call the store failed empties them)."""
+    if not stored_set or not parts:
+        return stored_set, set_input, None
+    sent, recipe = input_recipe(snapshot, set_input, parts)
+    if recipe is None:
+        return stored_set, set_input, None
+    return stored_set + RECIPE_MARK, sent, recipe
 
 
 def _stored_handoff(

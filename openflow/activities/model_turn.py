@@ -140,7 +140,11 @@ class ModelTurnActivity:
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
-        return await heartbeating(self._model_turn(inp))
+        try:
+            return await heartbeating(self._model_turn(inp))
+        finally:
+            # A header the turn kept for its writes is stored even when it wrote nothing.
+            self.files.flush_cached()
 
     async def _model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
         if not inp.run_id or not inp.node_id:
@@ -209,7 +213,7 @@ class ModelTurnActivity:
         # A submission's handoff is stored at the same time, so the node is done in this turn.
         key = c.transcript_key(inp.node_id)
         handoff = submitted_handoff(inp, request, reply)
-        writes = [asyncio.to_thread(self.transcripts.append, inp.run_id, key, persisted, items)]
+        writes = [asyncio.to_thread(self._append, inp.run_id, key, persisted, items)]
         if handoff is not None:
             writes.append(asyncio.to_thread(store_handoff, self.files, inp.run_id, handoff))
         await heartbeating(asyncio.gather(*writes))
@@ -220,6 +224,11 @@ class ModelTurnActivity:
             ms=latency_ms,
             handoff_stored=handoff is not None,
         )
+
+    def _append(self, run_id: str, key: str, persisted: int, items: list[TranscriptItem]) -> None:
+        """The turn's transcript lines, after the header caches waiting for a write."""
+        self.files.write_cached()
+        self.transcripts.append(run_id, key, persisted, items)
 
     # --- what the provider is sent ------------------------------------------------------
 
@@ -235,10 +244,13 @@ class ModelTurnActivity:
             whole = self.restored(inp.run_id, inp.header_rest, inp.header_refs)
         if whole is not None:
             header = whole
-            # A remote store is not asked first: writing the cache in the background is
-            # cheaper than a round trip on the turn's path.
-            if self.files.remote() or not store.exists(inp.run_id, header_key):
-                self.files.cache_blob(inp.run_id, header_key, header.model_dump_json().encode())
+            # The store is not asked first (writing the cache in the background is cheaper
+            # than a round trip on the turn's path): a header this worker stored or read
+            # already is not stored again, and a later turn here finds it in memory.
+            if self._headers.get((inp.run_id, header_key)) is None:
+                self._headers.put((inp.run_id, header_key), header)
+                data = header.model_dump_json().encode()
+                self.files.cache_blob(inp.run_id, header_key, data, with_next_write=True)
         else:
             # A header is named by its digest, so what was read once is good for every turn.
             cached = self._headers.get((inp.run_id, header_key))

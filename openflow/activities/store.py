@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import fcntl
+import functools
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -119,6 +120,12 @@ def validate_run_id(run_id: str) -> str:
 
 def validate_key(key: str) -> str:
     """Return `key` as a normalised relative POSIX path, else raise `InvalidKey`."""
+    return _checked_key(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_key(key: str) -> str:
+    """`validate_key`, once a key (runs name the same few keys)."""
     if not key or "\\" in key or "\0" in key or key.startswith("/"):
         raise InvalidKey(
             f"store key {key!r} must be a non-empty relative path like 'handoffs/plan/HANDOFF.md'"

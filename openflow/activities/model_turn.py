@@ -142,9 +142,9 @@ class ModelTurnActivity:
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
         try:
             return await heartbeating(self._model_turn(inp))
-        finally:
-            # A header the turn kept for its writes is stored even when it wrote nothing.
+        except BaseException:
             self.files.flush_cached()
+            raise
 
     async def _model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
         if not inp.run_id or not inp.node_id:
@@ -166,6 +166,7 @@ class ModelTurnActivity:
         except KeyNotFound:
             # A stored header or item this call refers to is gone (an unsynced blob lost in a
             # machine crash): ask for the items themselves instead of calling the model.
+            self.files.flush_cached()
             return c.ModelTurnResult(
                 failure=ProviderFailure(
                     kind="transient", message="stored conversation items are missing; resending"
@@ -191,6 +192,8 @@ class ModelTurnActivity:
                 record_reply(span, inp, request, reply, transcript)
         except ProviderError as exc:
             record_failure(inp, request, exc.failure.kind)
+            # A header kept for the writes this turn does not make is stored now.
+            self.files.flush_cached()
             return c.ModelTurnResult(
                 failure=exc.failure,
                 persisted_len=persisted,

@@ -133,6 +133,9 @@ class ModelTurnActivity:
         self.live = live
         self.transcripts = transcripts if transcripts is not None else Transcripts(files)
         self._headers: Lru[tuple[str, str], AgentRequest] = Lru(256)
+        #: Whether the header named by each (run, key) is in the store, as far as this worker
+        #: knows (it stored or read it, or found it gone).
+        self._stored: Lru[tuple[str, str], bool] = Lru(1024)
         #: Each catalog's specs by name, keyed by the catalog (which `RunFiles` shares between
         #: the runs that stored the same one), so runs of one workflow share them too.
         self._catalogs: Lru[int, tuple[object, dict[str, ToolSpec]]] = Lru(64)
@@ -249,17 +252,24 @@ class ModelTurnActivity:
             header = whole
             # The store is not asked first (writing the cache in the background is cheaper
             # than a round trip on the turn's path): a header this worker stored or read
-            # already is not stored again, and a later turn here finds it in memory.
-            if self._headers.get((inp.run_id, header_key)) is None:
-                self._headers.put((inp.run_id, header_key), header)
+            # already is not stored again, unless a later turn found it gone.
+            if not self._stored.get((inp.run_id, header_key)):
+                self._stored.put((inp.run_id, header_key), True)
                 data = header.model_dump_json().encode()
                 self.files.cache_blob(inp.run_id, header_key, data, with_next_write=True)
         else:
             # A header is named by its digest, so what was read once is good for every turn.
             cached = self._headers.get((inp.run_id, header_key))
             if cached is None:
-                cached = AgentRequest.model_validate_json(store.get_bytes(inp.run_id, header_key))
+                try:
+                    raw = store.get_bytes(inp.run_id, header_key)
+                except KeyNotFound:
+                    # Lost (a cache): the header travels again, and is stored again.
+                    self._stored.put((inp.run_id, header_key), False)
+                    raise
+                cached = AgentRequest.model_validate_json(raw)
                 self._headers.put((inp.run_id, header_key), cached)
+                self._stored.put((inp.run_id, header_key), True)
             header = cached
         request = header.model_copy(update={"turn_index": inp.turn_index})
         request = expand_request(store, inp.run_id, request)

@@ -135,6 +135,9 @@ class ModelTurnActivity:
         self.live = live
         self.transcripts = transcripts if transcripts is not None else Transcripts(files)
         self._headers: Lru[tuple[str, str], AgentRequest] = Lru(256)
+        #: Whether the header named by each (run, key) is in the store, as far as this worker
+        #: knows (it stored or read it, or found it gone).
+        self._stored: Lru[tuple[str, str], bool] = Lru(1024)
         #: Each catalog's specs by name, keyed by the catalog (which `RunFiles` shares between
         #: the runs that stored the same one), so runs of one workflow share them too.
         self._catalogs: Lru[int, tuple[object, dict[str, ToolSpec]]] = Lru(64)
@@ -142,7 +145,11 @@ class ModelTurnActivity:
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
-        return await heartbeating(self._model_turn(inp))
+        try:
+            return await heartbeating(self._model_turn(inp))
+        except BaseException:
+            self.files.flush_cached()
+            raise
 
     async def _model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
         if not inp.run_id or not inp.node_id:
@@ -164,6 +171,7 @@ class ModelTurnActivity:
         except KeyNotFound:
             # A stored header or item this call refers to is gone (an unsynced blob lost in a
             # machine crash): ask for the items themselves instead of calling the model.
+            self.files.flush_cached()
             return c.ModelTurnResult(
                 failure=ProviderFailure(
                     kind="transient", message="stored conversation items are missing; resending"
@@ -189,6 +197,8 @@ class ModelTurnActivity:
                 record_reply(span, inp, request, reply, transcript)
         except ProviderError as exc:
             record_failure(inp, request, exc.failure.kind)
+            # A header kept for the writes this turn does not make is stored now.
+            self.files.flush_cached()
             return c.ModelTurnResult(
                 failure=exc.failure,
                 persisted_len=persisted,
@@ -211,7 +221,7 @@ class ModelTurnActivity:
         # A submission's handoff is stored at the same time, so the node is done in this turn.
         key = c.transcript_key(inp.node_id)
         handoff = submitted_handoff(inp, request, reply)
-        writes = [asyncio.to_thread(self.transcripts.append, inp.run_id, key, persisted, items)]
+        writes = [asyncio.to_thread(self._append, inp.run_id, key, persisted, items)]
         if handoff is not None:
             writes.append(asyncio.to_thread(store_handoff, self.files, inp.run_id, handoff))
         await heartbeating(asyncio.gather(*writes))
@@ -222,6 +232,11 @@ class ModelTurnActivity:
             ms=latency_ms,
             handoff_stored=handoff is not None,
         )
+
+    def _append(self, run_id: str, key: str, persisted: int, items: list[TranscriptItem]) -> None:
+        """The turn's transcript lines, after the header caches waiting for a write."""
+        self.files.write_cached()
+        self.transcripts.append(run_id, key, persisted, items)
 
     # --- what the provider is sent ------------------------------------------------------
 
@@ -239,16 +254,26 @@ class ModelTurnActivity:
             whole = self.restored(inp.run_id, inp.header_rest, inp.header_refs)
         if whole is not None:
             header = whole
-            # A remote store is not asked first: writing the cache in the background is
-            # cheaper than a round trip on the turn's path.
-            if self.files.remote() or not store.exists(inp.run_id, header_key):
-                self.files.cache_blob(inp.run_id, header_key, header.model_dump_json().encode())
+            # The store is not asked first (writing the cache in the background is cheaper
+            # than a round trip on the turn's path): a header this worker stored or read
+            # already is not stored again, unless a later turn found it gone.
+            if not self._stored.get((inp.run_id, header_key)):
+                self._stored.put((inp.run_id, header_key), True)
+                data = header.model_dump_json().encode()
+                self.files.cache_blob(inp.run_id, header_key, data, with_next_write=True)
         else:
             # A header is named by its digest, so what was read once is good for every turn.
             cached = self._headers.get((inp.run_id, header_key))
             if cached is None:
-                cached = AgentRequest.model_validate_json(store.get_bytes(inp.run_id, header_key))
+                try:
+                    raw = store.get_bytes(inp.run_id, header_key)
+                except KeyNotFound:
+                    # Lost (a cache): the header travels again, and is stored again.
+                    self._stored.put((inp.run_id, header_key), False)
+                    raise
+                cached = AgentRequest.model_validate_json(raw)
                 self._headers.put((inp.run_id, header_key), cached)
+                self._stored.put((inp.run_id, header_key), True)
             header = cached
         request = header.model_copy(update={"turn_index": inp.turn_index})
         request = expand_request(store, inp.run_id, request)

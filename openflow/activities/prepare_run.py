@@ -272,7 +272,7 @@ class PrepareRunActivity:
         """The run's settings, its workflow with providers and models filled in, and the
         profiles it keeps (keys left out)."""
         settings = self.settings()
-        wf = _workflow(inp).model_copy(deep=True)
+        wf = _own_copy(_workflow(inp))
         default = inp.provider_id or wf.settings.provider_id or settings.active_provider
         if not default:
             raise_app(
@@ -391,6 +391,13 @@ def _check_credentials(provider_id: str, profile: ProviderProfile, settings: App
         default_registry().api_key(provider_id, profile, settings)
     except ProviderError as exc:
         raise_app(exc.failure.message)
+
+
+def _own_copy(wf: Workflow) -> Workflow:
+    """A copy of `wf` whose settings and agents (what a start fills in) can be changed in
+    place; the rest is shared with `wf`, which stays as it was."""
+    nodes = [node.model_copy(update={"agent": node.agent.model_copy()}) for node in wf.nodes]
+    return wf.model_copy(update={"settings": wf.settings.model_copy(), "nodes": nodes})
 
 
 def _workflow(inp: c.PrepareInput) -> Workflow:

@@ -3,6 +3,7 @@ worker keeps of the files a run writes once (its profiles, catalog and folder)."
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import json
 import logging
@@ -49,6 +50,7 @@ class RunFiles:
         self._contents: Lru[bytes, Any] = Lru(64)
         self._batches: Lru[tuple[str, str], bytes] = Lru(64)
         self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
+        self._later: collections.deque[tuple[str, str, bytes]] = collections.deque()
 
     # --- what the store can tell ----------------------------------------------------------
 
@@ -106,21 +108,40 @@ class RunFiles:
         kept = self._batches.get((run_id, key))
         return kept if kept is not None else self.store.get_bytes(run_id, key)
 
-    def cache_blob(self, run_id: str, key: str, data: bytes) -> None:
+    def cache_blob(
+        self, run_id: str, key: str, data: bytes, *, with_next_write: bool = False
+    ) -> None:
         """Store a blob that only caches what history holds, off the turn's critical path.
 
         Unsynced and written in the background: if it is lost (a crash) or not there yet when a
         later call looks, that call reports its reference missing and the engine sends the items
-        themselves.
+        themselves. `with_next_write`: on a local store the blob waits for the next write this
+        worker makes off the event loop (`write_cached`), which spares it a thread hop of its own.
         """
+        if with_next_write and not self.remote():
+            self._later.append((run_id, key, data))
+            return
+        self._writer.submit(self._put_cached, run_id, key, data)
 
-        def write() -> None:
+    def write_cached(self) -> None:
+        """Write the blobs waiting for a write, on this thread (never the event loop's)."""
+        while self._later:
             try:
-                self.store.put_bytes(run_id, key, data, sync=False)
-            except Exception as exc:  # a cache write failing only costs a resend
-                log.warning("could not store %s for run %s: %s", key, run_id, exc)
+                run_id, key, data = self._later.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            self._put_cached(run_id, key, data)
 
-        self._writer.submit(write)
+    def flush_cached(self) -> None:
+        """Write the blobs still waiting in the background (a turn that stored nothing)."""
+        if self._later:
+            self._writer.submit(self.write_cached)
+
+    def _put_cached(self, run_id: str, key: str, data: bytes) -> None:
+        try:
+            self.store.put_bytes(run_id, key, data, sync=False)
+        except Exception as exc:  # a cache write failing only costs a resend
+            log.warning("could not store %s for run %s: %s", key, run_id, exc)
 
     # --- the run's folder -----------------------------------------------------------------
 

@@ -93,7 +93,8 @@ def record_reply(
             "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
             "openflow.estimated_cost_usd": usage.cost_usd,
         }
-    if telemetry.content_enabled():
+    # Text goes only on a span that records (the check reads the environment).
+    if telemetry.enabled() and telemetry.content_enabled():
         attributes |= {
             "gen_ai.system_instructions": json.dumps(list(request.system_messages))[:16000],
             "gen_ai.input.messages": _last_input(transcript),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import fcntl
+import functools
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -119,6 +120,12 @@ def validate_run_id(run_id: str) -> str:
 
 def validate_key(key: str) -> str:
     """Return `key` as a normalised relative POSIX path, else raise `InvalidKey`."""
+    return _checked_key(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_key(key: str) -> str:
+    """`validate_key`, once a key (runs name the same few keys)."""
     if not key or "\\" in key or "\0" in key or key.startswith("/"):
         raise InvalidKey(
             f"store key {key!r} must be a non-empty relative path like 'handoffs/plan/HANDOFF.md'"
@@ -149,6 +156,7 @@ def _complete_lines(data: bytes) -> list[bytes]:
 
 
 _KNOWN_LOGS = 1024
+_KNOWN_PATHS = 4096
 
 
 def _sync(fd: int) -> None:
@@ -181,12 +189,20 @@ class FileRunStore:
         self.fsync = fsync
         # Logs this store appended to: (size, change time, lines) as it left each of them.
         self._logs: dict[Path, tuple[int, int, int]] = {}
+        #: Each checked (run id, key)'s path: a turn names the same few keys again and again.
+        self._paths: dict[tuple[str, str], Path] = {}
 
     def __repr__(self) -> str:
         return f"FileRunStore({str(self.root)!r})"
 
     def _path(self, run_id: str, key: str) -> Path:
-        return self.root / validate_run_id(run_id) / validate_key(key)
+        path = self._paths.get((run_id, key))
+        if path is None:
+            path = self.root / validate_run_id(run_id) / validate_key(key)
+            if len(self._paths) >= _KNOWN_PATHS:
+                self._paths.clear()
+            self._paths[(run_id, key)] = path
+        return path
 
     def run_dir(self, run_id: str) -> Path:
         """The run's folder, created if needed."""
@@ -197,10 +213,15 @@ class FileRunStore:
     def put_bytes(self, run_id: str, key: str, data: bytes, *, sync: bool = True) -> None:
         """Write `data` to a temporary file beside the target, then rename it into place."""
         path = self._path(run_id, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f"{_TEMP_MARK}{path.name}.{uuid.uuid4().hex}")
         try:
-            with temp.open("wb") as handle:
+            try:
+                handle = temp.open("wb")
+            except FileNotFoundError:
+                # The key's folder is made on its first write only.
+                path.parent.mkdir(parents=True, exist_ok=True)
+                handle = temp.open("wb")
+            with handle:
                 handle.write(data)
                 if self.fsync and sync:
                     handle.flush()

@@ -94,7 +94,7 @@ class Transcripts:
         """
         after = self.files.appended_stamp(run_id, key)
         if after is None:
-            return None
+            return self._first_lines(run_id, key, base, lines)
         seen = self._seen.get((run_id, key))
         if base == 0:
             kept_lines: list[str] = []
@@ -111,6 +111,20 @@ class Transcripts:
         if len(all_lines) != after[0]:
             return None
         self._seen.put((run_id, key), (all_lines, items, after))
+        return list(items)
+
+    def _first_lines(
+        self, run_id: str, key: str, base: int, lines: list[str]
+    ) -> list[TranscriptItem] | None:
+        """On a store that keeps stamps (the local disk), a log appended to from its start
+        holds just the lines appended (a log has one writer at a time): no need to read it."""
+        if base != 0 or self.files.remote():
+            return None
+        stamp = self.files.stamp(run_id, key)
+        if stamp is None:
+            return None
+        items = [_ITEM.validate_json(text) for text in lines]
+        self._seen.put((run_id, key), (list(lines), items, stamp))
         return list(items)
 
     def append(self, run_id: str, key: str, persisted: int, items: list[TranscriptItem]) -> None:

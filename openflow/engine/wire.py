@@ -32,7 +32,7 @@ class OmitDefaults(BaseModel):
             else:
                 continue
             if default is _UNSET:
-                default = field.get_default(call_default_factory=True)
+                default = _fresh_default(field)
             if getattr(self, name) == default:
                 del data[key]
         return data
@@ -63,6 +63,23 @@ def _optional_fields(model: type[BaseModel]) -> tuple[_OptionalField, ...]:
     return known
 
 
+#: Whether each default factory seen takes the validated data (asking costs a signature).
+_takes_data: dict[Any, bool] = {}
+
+
+def _fresh_default(field: FieldInfo) -> Any:
+    """A field's default from its factory, called directly when it takes no arguments."""
+    factory = field.default_factory
+    if factory is None:
+        return field.get_default(call_default_factory=True)
+    takes = _takes_data.get(factory)
+    if takes is None:
+        takes = _takes_data[factory] = bool(field.default_factory_takes_validated_data)
+    if takes:
+        return field.get_default(call_default_factory=True)
+    return factory()  # type: ignore[call-arg]
+
+
 def _strip(value: Any, data: Any) -> None:
     """Delete from `data` (the JSON dump of `value`) every field at its default, however deep;
     a `Literal` field (a union's discriminator) stays."""
@@ -76,7 +93,7 @@ def _strip(value: Any, data: Any) -> None:
             item = getattr(value, name)
             default, _ = optional.get(name, (_UNSET, None))
             if name in optional and default is _UNSET:
-                default = field.get_default(call_default_factory=True)
+                default = _fresh_default(field)
             if name in optional and item == default and get_origin(field.annotation) is not Literal:
                 del data[key]
             else:

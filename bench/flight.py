@@ -141,7 +141,10 @@ def metrics() -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics").read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(r"^(service_requests|persistence_requests)\{(.*)\} ([0-9.e+]+)$", line)
+        m = re.match(
+            r"^(service_requests|persistence_requests|visibility_persistence_requests)\{(.*)\} ([0-9.e+]+)$",
+            line,
+        )
         if not m:
             continue
         op = re.search(r'operation="([^"]+)"', m.group(2))

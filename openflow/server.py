@@ -115,7 +115,8 @@ TUNED_DYNAMIC_CONFIG: Mapping[str, object] = {
     "system.enableActivityEagerExecution": True,
     # The dev server reloads the cluster metadata and the namespace from the database on
     # every read of the search attributes, which every start, upsert and visibility write of
-    # a run does: about 45 database reads a run, a fifth of the server's CPU under load.
+    # a run does: about 40 database reads a run of a one-node workflow (`python -m
+    # bench.flight --metrics` counts them), for attributes that never change while it runs.
     # OpenFlow's attributes are registered by the server's own `--search-attribute` flags as
     # it starts, before any client is served, so the cached ones are always current.
     "system.forceSearchAttributesCacheRefreshOnRead": False,

@@ -1,6 +1,7 @@
 """Where a batch of slow-turn runs spends its time: a timeline per run, ours against bare.
 
-    python -m bench.flight [--runs 200] [--delay 5] [--rounds 1] [--env KEY=VALUE ...]
+    python -m bench.flight [--runs 200] [--delay 5] [--rounds 1] [--metrics]
+        [--env KEY=VALUE ...] [--variant NAME:KEY=VALUE,...] [--server-config KEY=JSON ...]
 
 The batch is `bench.scale`'s calls-in-flight measurement (N runs started at once, each one
 model turn taking D seconds; bare: one activity sleeping D seconds, its cap lifted). From each
@@ -9,13 +10,15 @@ start and completion, each activity's scheduling, start and completion (by activ
 the run's close. It prints, per step, the percentiles over the batch of the time since the
 run's start and of the gap since the step before, and when the runs started against the
 batch's first start (the client's start path). The machine's CPU use during the batch shows
-whether the two cores were saturated.
+whether the cores were saturated; `--metrics` counts the server's requests and database
+operations a run, by operation (deterministic where the times are not, on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -93,7 +96,8 @@ def report(side: str, lines: list[Timeline], elapsed: float, busy: float, cpu: d
     first_start = min(t.start for t in lines)
     starts = [t.start - first_start for t in lines]
     print(
-        f"\n== {side}: {n} runs, wall {elapsed:.2f} s; machine CPU busy {busy:.0%} of 2 cores; "
+        f"\n== {side}: {n} runs, wall {elapsed:.2f} s; "
+        f"machine CPU busy {busy:.0%} of {os.cpu_count()} cores; "
         + "; ".join(f"{k} CPU {v:.2f} s" for k, v in cpu.items())
     )
     print(
@@ -128,6 +132,7 @@ def report(side: str, lines: list[Timeline], elapsed: float, busy: float, cpu: d
 
 
 METRICS_PORT = 0
+COUNTERS = "service_requests|persistence_requests|visibility_persistence_requests"
 DUMP: Path | None = None
 
 
@@ -141,10 +146,7 @@ def metrics() -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics").read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(
-            r"^(service_requests|persistence_requests|visibility_persistence_requests)\{(.*)\} ([0-9.e+]+)$",
-            line,
-        )
+        m = re.match(rf"^({COUNTERS})\{{(.*)\}} ([0-9.e+]+)$", line)
         if not m:
             continue
         op = re.search(r'operation="([^"]+)"', m.group(2))
@@ -164,7 +166,9 @@ def cpu_ticks() -> tuple[int, int]:
 async def batch(bench: Bench, side: str, n: int, delay_s: float) -> None:
     ours = side != "bare"
 
-    async def work(queue: str, proc: WorkerProcess) -> tuple[float, float, list[str]]:
+    async def work(
+        queue: str, proc: WorkerProcess
+    ) -> tuple[float, float, float, list[str], dict[str, float]]:
         if ours:
             write_scripted_settings(
                 bench.home,
@@ -185,11 +189,9 @@ async def batch(bench: Bench, side: str, n: int, delay_s: float) -> None:
         client_s = time.process_time() - client0
         after = metrics()
         ops = {k: v - metrics0.get(k, 0) for k, v in after.items() if v - metrics0.get(k, 0)}
-        for k in sorted(ops, key=lambda k: -ops[k])[:30]:
-            print(f"    {k:60s} {ops[k] / n:7.2f} a run")
-        return elapsed, (busy1 - busy0) / max(all1 - all0, 1), client_s, ids
+        return elapsed, (busy1 - busy0) / max(all1 - all0, 1), client_s, ids, ops
 
-    (elapsed, busy, client_s, ids), worker_s, server_s, _ = await bench.measured(
+    (elapsed, busy, client_s, ids, ops), worker_s, server_s, _ = await bench.measured(
         "ours" if ours else "bare", None if ours else n, work
     )
     gate = asyncio.Semaphore(16)
@@ -205,6 +207,10 @@ async def batch(bench: Bench, side: str, n: int, delay_s: float) -> None:
         DUMP.mkdir(parents=True, exist_ok=True)
         (DUMP / f"{side}.json").write_text(json.dumps([t.steps for t in lines]))
     report(side, lines, elapsed, busy, {"worker": worker_s, "server": server_s, "client": client_s})
+    if ops:
+        print("  the server's requests (service:) and database operations a run:")
+        for k in sorted(ops, key=lambda k: -ops[k])[:24]:
+            print(f"    {k:56s} {ops[k] / n:7.2f}")
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workflow-pollers",
         metavar="N",
         help="workflow-task polls kept open, a fifth of them for runs new to this worker "
-        "(default 10); also $OPENFLOW_WORKFLOW_POLLERS",
+        "(default 5); also $OPENFLOW_WORKFLOW_POLLERS",
     )
     worker.set_defaults(handler=cmd_worker)
 

@@ -41,6 +41,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow import contracts as c
+from openflow.activities.lru import Lru
 from openflow.activities.revert_batch import revert as revert_files
 from openflow.activities.store import RunStore, StoreError
 from openflow.attachments import Upload, prepare, store_uploads
@@ -117,6 +118,10 @@ class RunStart:
 
 
 _EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
+
+#: Digests of the workflows this process started runs of lately, found valid: a client that
+#: starts many runs of one workflow checks it once (the check depends on its bytes alone).
+_VALID: Lru[str, bool] = Lru(256)
 
 
 def parse_state(data: Mapping[str, Any]) -> WorkflowRunState:
@@ -211,9 +216,29 @@ class Runs:
         """What starting a run of `workflow` sends, checked; an empty `run_id` means the run
         takes its workflow id (a schedule's runs, whose ids Temporal makes). `budget` is the
         run's own, over the workflow's `settings.budget` field by field."""
-        problems = workflow_problems(workflow)
-        if problems:
-            raise InvalidWorkflow("; ".join(str(p) for p in problems))
+        return self._start_request(
+            workflow, entrypoint, run_id, project_dir, provider_id, attachments, budget
+        )
+
+    def _start_request(
+        self,
+        workflow: Workflow,
+        entrypoint: str,
+        run_id: str,
+        project_dir: str | None,
+        provider_id: str | None,
+        attachments: Sequence[Attachment],
+        budget: Budget | None,
+        digest: str = "",
+    ) -> RunStart:
+        """`start_request`; a workflow whose `digest` (of its JSON) validated before in this
+        process is not checked again."""
+        if not digest or _VALID.get(digest) is None:
+            problems = workflow_problems(workflow)
+            if problems:
+                raise InvalidWorkflow("; ".join(str(p) for p in problems))
+            if digest:
+                _VALID.put(digest, True)
         check_entrypoint(entrypoint)
         project = os.path.realpath(project_dir) if project_dir else None
         attrs = TypedSearchAttributes(
@@ -259,8 +284,11 @@ class Runs:
         unless `allow_concurrent` (OpenFlow's mutation gate; see `changing_run`).
         """
         run_id = check_run_id(run_id) if run_id else new_run_id()
-        request = self.start_request(
-            workflow, entrypoint, run_id, project_dir, provider_id, budget=budget
+        # Its JSON once: what the store keeps, and its digest names it and keys the check.
+        data = workflow.model_dump_json().encode()
+        digest = c.workflow_digest(data)
+        request = self._start_request(
+            workflow, entrypoint, run_id, project_dir, provider_id, (), budget, digest
         )
         prepared = prepare(attachments) if attachments else []
         project = os.path.realpath(project_dir) if project_dir else None
@@ -277,7 +305,7 @@ class Runs:
         else:
             run_input = request.input
         # The workflow goes to the run store too, so the run's start need not carry it twice.
-        stored = await asyncio.to_thread(self._store_workflow, run_id, workflow)
+        stored = await asyncio.to_thread(self._store_workflow, run_id, data, digest)
         run_input = run_input.model_copy(update={"workflow_stored": stored})
         try:
             await self.client.start_workflow(
@@ -299,12 +327,12 @@ class Runs:
             raise
         return run_id
 
-    def _store_workflow(self, run_id: str, workflow: Workflow) -> str:
-        """Store the run's workflow and name it by its digest; "" when the store refuses it
-        (the run's start then carries it, as a start from Temporal's own client does)."""
-        data = workflow.model_dump_json().encode()
+    def _store_workflow(self, run_id: str, data: bytes, digest: str) -> str:
+        """Store the run's workflow (`data`, its JSON) under its digest; "" when the store
+        refuses it (the run's start then carries it, as a start from Temporal's own client
+        does)."""
         try:
-            self.store.put_bytes(run_id, c.workflow_key(c.workflow_digest(data)), data)
+            self.store.put_bytes(run_id, c.workflow_key(digest), data)
         except Exception as exc:
             if not _store_failure(exc):
                 raise
@@ -312,7 +340,7 @@ class Runs:
                 "run %r: its workflow could not be stored (%s)", run_id, type(exc).__name__
             )
             return ""
-        return c.workflow_digest(data)
+        return digest
 
     async def changing_run(self, project: str) -> str | None:
         """The live run that may be changing the folder `project` (a canonical path), or None.

@@ -25,7 +25,9 @@ from openflow.settings import (
     DEFAULT_STICKY_TIMEOUT_S,
     DEFAULT_TOOL_POOL,
     DEFAULT_WORKFLOW_CACHE,
+    DEFAULT_WORKFLOW_POLLERS,
     SettingsError,
+    parse_pollers,
     parse_pool,
     parse_seconds,
     runtime_settings,
@@ -44,6 +46,9 @@ class WorkerPools:
     workflow_cache: int = DEFAULT_WORKFLOW_CACHE
     #: How long a run's next workflow task waits for this worker before any worker may take it.
     sticky_timeout_s: float = DEFAULT_STICKY_TIMEOUT_S
+    #: Workflow-task polls kept open: a fifth of them (at least one) for runs new to this
+    #: worker (and runs whose sticky timeout passed), the rest for the runs it holds.
+    workflow_pollers: int = DEFAULT_WORKFLOW_POLLERS
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -59,17 +64,23 @@ class WorkerPools:
             parse_seconds(str(self.sticky_timeout_s))
         except ValueError as exc:
             raise SettingsError(f"sticky timeout {self.sticky_timeout_s!r}: {exc}") from None
+        try:
+            parse_pollers(str(self.workflow_pollers))
+        except ValueError as exc:
+            raise SettingsError(f"workflow pollers {self.workflow_pollers!r}: {exc}") from None
 
     @classmethod
     def from_environment(cls) -> WorkerPools:
-        """The sizes OPENFLOW_MODEL_POOL, OPENFLOW_TOOL_POOL, OPENFLOW_WORKFLOW_CACHE and
-        OPENFLOW_STICKY_TIMEOUT give (raises SettingsError naming a bad one)."""
+        """The sizes OPENFLOW_MODEL_POOL, OPENFLOW_TOOL_POOL, OPENFLOW_WORKFLOW_CACHE,
+        OPENFLOW_STICKY_TIMEOUT and OPENFLOW_WORKFLOW_POLLERS give (raises SettingsError
+        naming a bad one)."""
         settings = runtime_settings()
         return cls(
             model=settings.model_pool,
             tool=settings.tool_pool,
             workflow_cache=settings.workflow_cache,
             sticky_timeout_s=settings.sticky_timeout,
+            workflow_pollers=settings.workflow_pollers,
         )
 
 

@@ -113,8 +113,13 @@ TUNED_DYNAMIC_CONFIG: Mapping[str, object] = {
     # worker has a free slot, skipping a matching round trip (on by default in server 1.32+,
     # set so older binaries behave the same).
     "system.enableActivityEagerExecution": True,
-    # Make search attributes registered by `ensure_search_attributes` usable at once.
-    "system.forceSearchAttributesCacheRefreshOnRead": True,
+    # The dev server reloads the cluster metadata and the namespace from the database on
+    # every read of the search attributes, which every start, upsert and visibility write of
+    # a run does: about 40 database reads a run of a one-node workflow (`python -m
+    # bench.flight --metrics` counts them), for attributes that never change while it runs.
+    # OpenFlow's attributes are registered by the server's own `--search-attribute` flags as
+    # it starts, before any client is served, so the cached ones are always current.
+    "system.forceSearchAttributesCacheRefreshOnRead": False,
     # Left alone on purpose: the queue readers are woken as soon as a task is written, so
     # `history.*ProcessorMaxPollInterval` only bounds idle polling, and
     # `history.*ProcessorUpdateAckInterval` only sets how often progress is checkpointed;

@@ -433,13 +433,16 @@ def check_webhooks(home: Path) -> None:
 
 MAX_TOOL_BUDGET = 1024
 #: Worker sizing (README, "Sizing a worker"): model calls in flight, tool batches at once,
-#: runs kept in the workflow cache, and the sticky queue's schedule-to-start timeout.
+#: runs kept in the workflow cache, the sticky queue's schedule-to-start timeout, and the
+#: workflow-task polls kept open (Temporal's SDK needs at least 2 with a workflow cache).
 DEFAULT_MODEL_POOL = 500
 DEFAULT_TOOL_POOL = 16
 DEFAULT_WORKFLOW_CACHE = 5000
 DEFAULT_STICKY_TIMEOUT_S = 3.0
 MAX_POOL = 100_000
 MAX_STICKY_TIMEOUT_S = 600.0
+DEFAULT_WORKFLOW_POLLERS = 5
+MAX_WORKFLOW_POLLERS = 100
 MAX_TASK_QUEUE_CHARS = 1000
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -489,6 +492,7 @@ class RuntimeSettings(BaseSettings):
     tool_pool: int = DEFAULT_TOOL_POOL
     workflow_cache: int = DEFAULT_WORKFLOW_CACHE
     sticky_timeout: float = DEFAULT_STICKY_TIMEOUT_S
+    workflow_pollers: int = DEFAULT_WORKFLOW_POLLERS
 
     @field_validator("home", mode="before")
     @classmethod
@@ -576,6 +580,11 @@ class RuntimeSettings(BaseSettings):
     def _sticky_timeout(cls, value: Any) -> Any:
         return parse_seconds(str(value))
 
+    @field_validator("workflow_pollers", mode="before")
+    @classmethod
+    def _workflow_pollers(cls, value: Any) -> Any:
+        return parse_pollers(str(value))
+
 
 def parse_tool_budget(text: str) -> int:
     """OPENFLOW_TOOL_BUDGET: a whole number of tool calls from 1 to 1024."""
@@ -590,6 +599,16 @@ def parse_pool(text: str) -> int:
     value = text.strip()
     if not value.isdigit() or not 1 <= int(value) <= MAX_POOL:
         raise ValueError(f"is not a whole number from 1 to {MAX_POOL} — give one, e.g. 16")
+    return int(value)
+
+
+def parse_pollers(text: str) -> int:
+    """The workflow-task polls a worker keeps open: a whole number from 2 to 100."""
+    value = text.strip()
+    if not value.isdigit() or not 2 <= int(value) <= MAX_WORKFLOW_POLLERS:
+        raise ValueError(
+            f"is not a whole number from 2 to {MAX_WORKFLOW_POLLERS} — give one, e.g. 10"
+        )
     return int(value)
 
 
@@ -686,6 +705,7 @@ __all__ = [
     "RuntimeSettings",
     "SettingsError",
     "Webhook",
+    "parse_pollers",
     "parse_pool",
     "parse_seconds",
     "parse_switch",

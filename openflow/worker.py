@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 from temporalio.client import Client
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import (
+    PollerBehaviorSimpleMaximum,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from openflow import contracts as c
@@ -237,6 +242,7 @@ def build_worker(
         max_concurrent_activities=pools.model,
         max_cached_workflows=pools.workflow_cache,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=pools.sticky_timeout_s),
+        workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(pools.workflow_pollers),
         build_id=build_id(),
         graceful_shutdown_timeout=timedelta(seconds=2),
     )

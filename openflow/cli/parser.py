@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a run's next step waits for this worker before another may take it "
         "(default 3); also $OPENFLOW_STICKY_TIMEOUT",
     )
+    worker.add_argument(
+        "--workflow-pollers",
+        metavar="N",
+        help="workflow-task polls kept open, a fifth of them for runs new to this worker "
+        "(default 5); also $OPENFLOW_WORKFLOW_POLLERS",
+    )
     worker.set_defaults(handler=cmd_worker)
 
     api = commands.add_parser(

@@ -73,7 +73,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def worker_pools(args: argparse.Namespace) -> WorkerPools:
     """The worker's sizes: its flags, else the OPENFLOW_* variables (checked, one line each)."""
-    from openflow.settings import parse_pool, parse_seconds
+    from openflow.settings import parse_pollers, parse_pool, parse_seconds
 
     try:
         pools = WorkerPools.from_environment()
@@ -85,6 +85,7 @@ def worker_pools(args: argparse.Namespace) -> WorkerPools:
         ("--tool-pool", "tool", parse_pool),
         ("--workflow-cache", "workflow_cache", parse_pool),
         ("--sticky-timeout", "sticky_timeout_s", parse_seconds),
+        ("--workflow-pollers", "workflow_pollers", parse_pollers),
     ):
         text = getattr(args, flag[2:].replace("-", "_"), None)
         if text is None:

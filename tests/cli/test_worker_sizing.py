@@ -25,9 +25,11 @@ async def test_a_worker_with_a_size_that_makes_no_sense_refuses_to_start(tmp_pat
         (nowhere, ["--tool-pool", "-2"], "--tool-pool '-2'"),
         (nowhere, ["--workflow-cache", "many"], "--workflow-cache 'many'"),
         (nowhere, ["--sticky-timeout", "0"], "--sticky-timeout '0'"),
+        (nowhere, ["--workflow-pollers", "1"], "--workflow-pollers '1'"),
         ({**nowhere, "OPENFLOW_MODEL_POOL": "0"}, [], "OPENFLOW_MODEL_POOL='0'"),
         ({**nowhere, "OPENFLOW_TOOL_POOL": "-1"}, [], "OPENFLOW_TOOL_POOL='-1'"),
         ({**nowhere, "OPENFLOW_STICKY_TIMEOUT": "-5"}, [], "OPENFLOW_STICKY_TIMEOUT='-5'"),
+        ({**nowhere, "OPENFLOW_WORKFLOW_POLLERS": "500"}, [], "OPENFLOW_WORKFLOW_POLLERS='500'"),
     ]
     results = await asyncio.gather(*(openflow(env, "worker", *args) for env, args, _ in cases))
     for (_, _, expected), result in zip(cases, results, strict=True):
@@ -40,3 +42,5 @@ def test_pools_made_in_code_are_checked_too() -> None:
         WorkerPools(tool=0)
     with pytest.raises(SettingsError, match="sticky timeout"):
         WorkerPools(sticky_timeout_s=float("nan"))
+    with pytest.raises(SettingsError, match="workflow pollers 1"):
+        WorkerPools(workflow_pollers=1)

@@ -221,10 +221,11 @@ class ModelTurnActivity:
         # A submission's handoff is stored at the same time, so the node is done in this turn.
         key = c.transcript_key(inp.node_id)
         handoff = submitted_handoff(inp, request, reply)
-        writes = [asyncio.to_thread(self._append, inp.run_id, key, persisted, items)]
-        if handoff is not None:
-            writes.append(asyncio.to_thread(store_handoff, self.files, inp.run_id, handoff))
-        await heartbeating(asyncio.gather(*writes))
+        # One thread hop for the turn's writes: a hop costs the loop more than the handoff's
+        # small write costs the thread after the transcript's.
+        await heartbeating(
+            asyncio.to_thread(self._append, inp.run_id, key, persisted, items, handoff)
+        )
         return c.ModelTurnResult(
             reply=reply,
             persisted_len=persisted,
@@ -233,10 +234,20 @@ class ModelTurnActivity:
             handoff_stored=handoff is not None,
         )
 
-    def _append(self, run_id: str, key: str, persisted: int, items: list[TranscriptItem]) -> None:
-        """The turn's transcript lines, after the header caches waiting for a write."""
+    def _append(
+        self,
+        run_id: str,
+        key: str,
+        persisted: int,
+        items: list[TranscriptItem],
+        handoff: HandoffFile | None = None,
+    ) -> None:
+        """The turn's transcript lines, after the header caches waiting for a write, then the
+        handoff its reply submits (if any)."""
         self.files.write_cached()
         self.transcripts.append(run_id, key, persisted, items)
+        if handoff is not None:
+            store_handoff(self.files, run_id, handoff)
 
     # --- what the provider is sent ------------------------------------------------------
 

@@ -84,8 +84,10 @@ class PrepareRunActivity:
 
     async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
         store = self.files.store
+        settled = None
         if inp.workflow is None:
-            stored = await asyncio.to_thread(self._stored_workflow, inp)
+            # One thread hop for the stored workflow and the settling that follows it.
+            stored, settled = await asyncio.to_thread(self._stored_and_settled, inp)
             if stored is None:
                 return c.PrepareResult(
                     profiles={},
@@ -97,15 +99,35 @@ class PrepareRunActivity:
             inp = inp.model_copy(update={"workflow": stored})
         # Off the event loop (settings, provider SDK imports), so the heartbeat goes on however
         # long they take on a loaded machine.
-        settings, wf, profiles = await asyncio.to_thread(self._settle, inp)
+        if settled is None:
+            settled = await asyncio.to_thread(self._settle, inp)
+        settings, wf, profiles = settled
         # What the run keeps in its folder is written at once, each write in a thread of its
         # own: the first model turn waits on the slowest of them, not on their sum.
         kept = json.dumps(profiles, sort_keys=True).encode()
+        builtin, seal = self.builtin_catalog()
+        if not (settings.mcp or _mcp_context(wf)):
+            # No MCP: the catalog is known now, so the start makes two thread hops, each of
+            # writes in parallel with the other's (the run's folder and its header parts; the
+            # profiles and the catalog).
+            tool_names = sorted(entry["name"] for entry in builtin)
+            listed = json.dumps([*builtin, *seal]).encode()
+            agents = self._callable_agents(wf)
+            (execution_dir, parts), _ = await asyncio.gather(
+                asyncio.to_thread(self._folder_and_parts, inp, wf, tool_names, agents),
+                asyncio.to_thread(
+                    self._put_all,
+                    inp.run_id,
+                    ((PROFILES_KEY, kept), (CATALOG_KEY, listed)),
+                ),
+            )
+            return self._result(
+                inp, wf, settings, profiles, tool_names, execution_dir, [], agents, [], parts
+            )
         profiles_kept = asyncio.ensure_future(
             asyncio.to_thread(store.put_bytes, inp.run_id, PROFILES_KEY, kept)
         )
         folder = asyncio.ensure_future(asyncio.to_thread(self._make_folder, inp))
-        builtin, seal = self.builtin_catalog()
         catalog = list(builtin)
         warnings: list[str] = []
         read_tools: list[str] = []
@@ -128,6 +150,32 @@ class PrepareRunActivity:
         parts = await asyncio.to_thread(
             self._store_parts, inp, wf, execution_dir, tool_names, agents, read_tools
         )
+        return self._result(
+            inp,
+            wf,
+            settings,
+            profiles,
+            tool_names,
+            execution_dir,
+            warnings,
+            agents,
+            read_tools,
+            parts,
+        )
+
+    def _result(
+        self,
+        inp: c.PrepareInput,
+        wf: Workflow,
+        settings: AppSettings,
+        profiles: dict[str, dict[str, Any]],
+        tool_names: list[str],
+        execution_dir: str,
+        warnings: list[str],
+        agents: list[CallableAgent],
+        read_tools: list[str],
+        parts: str,
+    ) -> c.PrepareResult:
         active = wf.settings.provider_id or ""
         return c.PrepareResult(
             # The workflow goes back only when the start changed more than its provider.
@@ -144,6 +192,26 @@ class PrepareRunActivity:
             # One digest for the set: the workflow knows the set from its own start.
             header_parts_digest=parts,
         )
+
+    def _stored_and_settled(
+        self, inp: c.PrepareInput
+    ) -> tuple[Workflow | None, tuple[AppSettings, Workflow, dict[str, dict[str, Any]]] | None]:
+        """The stored workflow and, when it is there, the start settled with it."""
+        stored = self._stored_workflow(inp)
+        if stored is None:
+            return None, None
+        return stored, self._settle(inp.model_copy(update={"workflow": stored}))
+
+    def _folder_and_parts(
+        self, inp: c.PrepareInput, wf: Workflow, tool_names: list[str], agents: list[CallableAgent]
+    ) -> tuple[str, str]:
+        """The run's folder made, then its header parts stored (a start without MCP)."""
+        execution_dir = self._make_folder(inp)
+        return execution_dir, self._store_parts(inp, wf, execution_dir, tool_names, agents, [])
+
+    def _put_all(self, run_id: str, writes: tuple[tuple[str, bytes], ...]) -> None:
+        for key, data in writes:
+            self.files.store.put_bytes(run_id, key, data)
 
     def _stored_workflow(self, inp: c.PrepareInput) -> Workflow | None:
         """The workflow the run's client stored, or None when it is missing or not the one

@@ -52,6 +52,8 @@ from openflow import contracts as c
 from openflow.testing import write_scripted_settings
 from openflow.worker import build_worker
 
+#: Runs started at once: few enough that the one process keeps every workflow task short.
+BATCH = 20
 SKIP = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType)
 
 
@@ -71,7 +73,7 @@ async def until_paused(client: Client, queue: str, n: int) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"not all {n} runs paused within 300 s")
         await asyncio.sleep(0.25)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.1)
 
 
 def parts(name: str, value: Any, depth: int) -> Iterable[tuple[str, Any]]:
@@ -236,25 +238,34 @@ async def measure(bare: bool, n: int, warm: int, top: int, frames: int) -> None:
             main = worker.main
         task = asyncio.create_task(worker.run())
 
+        paused = 0
+
         async def pause(k: int) -> list[str]:
-            if bare:
-                return await start_bare(bench.client, queue, BarePaused.run, None, k)
-            return await start_ours(bench.client, queue, single(requestUserInput=True), k)
+            """Start `k` runs, a batch at a time (one process hosts both ends), until paused."""
+            nonlocal paused
+            ids: list[str] = []
+            while len(ids) < k:
+                size = min(BATCH, k - len(ids))
+                if bare:
+                    ids += await start_bare(bench.client, queue, BarePaused.run, None, size)
+                else:
+                    wf = single(requestUserInput=True)
+                    ids += await start_ours(bench.client, queue, wf, size)
+                paused += size
+                await until_paused(bench.client, queue, paused)
+            return ids
 
         try:
             warm_ids = await pause(warm)
-            await until_paused(bench.client, queue, warm)
             gc.collect()
             rss0, trimmed0, malloc0 = proc_rss_self(), trimmed_rss(), malloc_in_use()
             untraced = await pause(n)
-            await until_paused(bench.client, queue, warm + n)
             gc.collect()
             rss1, trimmed1, malloc1 = proc_rss_self(), trimmed_rss(), malloc_in_use()
             baseline = Baseline()
             tracemalloc.start(frames)
             before = tracemalloc.take_snapshot()
             ids = await pause(n)
-            await until_paused(bench.client, queue, warm + 2 * n)
             gc.collect()
             after = tracemalloc.take_snapshot()
             cached = running(main)

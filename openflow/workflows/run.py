@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
         read_after,
     )
     from openflow.workflows.journal import Journal
-    from openflow.workflows.shared import shared_workflow
+    from openflow.workflows.shared import shared_settled, shared_workflow
     from openflow.workflows.tracing import RunSpans
 
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
@@ -149,7 +149,7 @@ class OpenFlowRun:
     @workflow.run
     async def run(self, inp: c.RunInput) -> c.RunResult:
         # The SDK keeps the run's input as long as the run: its workflow is the worker's one.
-        inp.workflow = shared_workflow(inp.workflow)
+        inp.workflow = shared_workflow(inp.workflow, inp.workflow_stored)
         if not inp.run_id:
             # A schedule's runs: Temporal makes the id (the action's id and the due time).
             inp = inp.model_copy(update={"run_id": workflow.info().workflow_id})
@@ -195,7 +195,7 @@ class OpenFlowRun:
             self._header_parts = set(prepared.header_parts)
             assert prepared.workflow is not None  # calls.prepare_run fills it in
             plan = engine.start(
-                shared_workflow(prepared.workflow),
+                shared_settled(prepared.workflow, inp, prepared.active_provider),
                 inp.run_id,
                 now,
                 entrypoint_text=inp.entrypoint,

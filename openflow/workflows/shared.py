@@ -14,6 +14,7 @@ from collections import OrderedDict
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from openflow import contracts as c
     from openflow.engine.spec import Workflow
 
 #: Distinct workflows a worker keeps shared; the least recently started go first (a run keeps
@@ -23,9 +24,13 @@ SHARED_WORKFLOWS = 256
 _shared: OrderedDict[bytes, Workflow] = OrderedDict()
 
 
-def shared_workflow(wf: Workflow) -> Workflow:
-    """The worker's one object equal to `wf` (which becomes it when none is known)."""
-    key = hashlib.blake2b(wf.model_dump_json().encode(), digest_size=16).digest()
+def shared_workflow(wf: Workflow, name: str = "") -> Workflow:
+    """The worker's one object equal to `wf` (which becomes it when none is known).
+
+    `name` tells `wf` apart from every other workflow when given (a run's `workflow_stored`
+    digest: its client named it so); else its JSON does.
+    """
+    key = name.encode() if name else hashlib.blake2b(wf.model_dump_json().encode()).digest()
     known = _shared.get(key)
     if known is not None:
         _shared.move_to_end(key)
@@ -36,4 +41,15 @@ def shared_workflow(wf: Workflow) -> Workflow:
     return wf
 
 
-__all__ = ["SHARED_WORKFLOWS", "shared_workflow"]
+def shared_settled(settled: Workflow, inp: c.RunInput, provider: str) -> Workflow:
+    """The workflow a run's start settled (`calls.prepare_run`), shared.
+
+    When it is the run's own with only its provider filled in (`contracts.settled_workflow`
+    copies the workflow but keeps its nodes), the input's name and the provider name it.
+    """
+    if inp.workflow_stored and settled.nodes is inp.workflow.nodes:
+        return shared_workflow(settled, f"{inp.workflow_stored} {provider}")
+    return shared_workflow(settled)
+
+
+__all__ = ["SHARED_WORKFLOWS", "shared_settled", "shared_workflow"]

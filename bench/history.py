@@ -44,6 +44,8 @@ class Breakdown:
     fields: Counter[str] = field(default_factory=Counter)
     #: Each activity input and result as it travelled: (where, event id, bytes, JSON value).
     items: list[tuple[str, int, int, Any]] = field(default_factory=list)
+    #: ACTIVITY_TASK_SCHEDULED bytes by part (`input data` the payloads' data alone).
+    scheduled: Counter[str] = field(default_factory=Counter)
 
     def of(self, where: str) -> list[tuple[int, int, Any]]:
         """The payloads travelling at `where` (e.g. `model_turn input`): (event id, bytes, value)."""
@@ -88,6 +90,33 @@ def _where(event: Any, attr: str, scheduled: dict[int, str]) -> str:
     return names.get(attr, attr.removesuffix("_event_attributes"))
 
 
+#: The parts of a scheduled activity's event that `_scheduled_parts` names.
+_PARTS = {
+    "header": "header",
+    "retry_policy": "retry policy",
+    "task_queue": "task queue",
+    "activity_type": "activity type",
+    "start_to_close_timeout": "timeouts",
+    "heartbeat_timeout": "timeouts",
+    "schedule_to_close_timeout": "timeouts",
+    "schedule_to_start_timeout": "timeouts",
+}
+
+
+def _scheduled_parts(event: Any, size: int, into: Counter[str]) -> None:
+    """A scheduled activity's bytes by part: its input's data, the input's framing (encoding
+    metadata), its summary (user metadata), header, retry policy, timeouts, task queue."""
+    attrs = event.activity_task_scheduled_event_attributes
+    data = sum(len(p.data) for p in attrs.input.payloads)
+    parts = Counter({"input data": data, "input framing": attrs.input.ByteSize() - data})
+    parts["summary"] = event.user_metadata.ByteSize()
+    for name, part in _PARTS.items():
+        parts[part] += getattr(attrs, name).ByteSize()
+    into.update(parts)
+    into["event, ids and the rest"] += size - sum(parts.values())
+    into["events"] += 1
+
+
 def breakdown(history: WorkflowHistory) -> Breakdown:
     """Measure a history: each event's bytes, and each payload by where it travels."""
     out = Breakdown()
@@ -103,6 +132,7 @@ def breakdown(history: WorkflowHistory) -> Breakdown:
             scheduled[event.event_id] = (
                 event.activity_task_scheduled_event_attributes.activity_type.name
             )
+            _scheduled_parts(event, size, out.scheduled)
         where = _where(event, attr, scheduled)
         for payload in _payloads(getattr(event, attr)):
             n = len(payload.data)
@@ -130,6 +160,12 @@ def render(title: str, b: Breakdown, runs: int = 1, top: int = 40) -> str:
     lines.append("  payloads by where they travel:")
     for name, n in b.payloads.most_common():
         lines.append(f"    {n / runs:9,.0f}  {name}")
+    events = b.scheduled.get("events", 0)
+    if events:
+        lines.append("  each ACTIVITY_TASK_SCHEDULED by part (bytes, mean):")
+        for name, n in b.scheduled.most_common():
+            if name != "events":
+                lines.append(f"    {n / events:9,.0f}  {name}")
     lines.append("  payload fields (largest first):")
     for name, n in b.fields.most_common(top):
         lines.append(f"    {n / runs:9,.0f}  {name}")
@@ -144,6 +180,7 @@ def merge(parts: list[Breakdown]) -> Breakdown:
         out.payloads.update(p.payloads)
         out.fields.update(p.fields)
         out.items += p.items
+        out.scheduled.update(p.scheduled)
     return out
 
 

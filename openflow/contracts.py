@@ -24,6 +24,7 @@ from pydantic import (
 
 from openflow.engine.events import EditBatch
 from openflow.engine.headers import HeaderRefs
+from openflow.engine.recipes import InputRecipe
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, CostUsd, TokenCount, Workflow
 from openflow.engine.state import (
@@ -246,6 +247,10 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: with it, only the header's `input` travels (`header_input`), not `header_rest`.
     header_set: str = ""
     header_input: dict[str, Any] | None = None
+    #: How the call's input is made of what the run store holds (`engine.recipes`): then
+    #: `header_set` carries `RECIPE_MARK` and `header_input` is the input the recipe starts
+    #: from (None when it starts from a stored part).
+    header_recipe: InputRecipe | None = None
     delta: TranscriptDelta = Field(default_factory=lambda: TranscriptDelta(base_len=0))
     provider_id: str
     profile: dict[str, Any] = Field(default_factory=dict)

@@ -9,6 +9,7 @@ node's whole conversation from the store into its evidence.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -35,6 +36,7 @@ from openflow.engine.classify import Completed, classify_reply
 from openflow.engine.handoff import HandoffFile, handoff_file
 from openflow.engine.headers import HeaderRefs, from_set, restore
 from openflow.engine.policy import EAGER_TOOLS
+from openflow.engine.recipes import RECIPE_MARK, recipe_keys, resolve
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.review import REVIEW_NODE, render_evidence
 from openflow.engine.transcript import TranscriptItem
@@ -229,6 +231,8 @@ class ModelTurnActivity:
         store = self.files.store
         header_key = f"headers/{inp.header_digest}.json"
         whole = inp.header
+        if whole is None and inp.header_recipe is not None:
+            whole = self.from_recipe(inp)
         if whole is None and inp.header_set:
             whole = self.from_set(inp.run_id, inp.header_set, inp.header_input)
         elif whole is None and inp.header_rest is not None and inp.header_refs is not None:
@@ -260,6 +264,25 @@ class ModelTurnActivity:
         # Attachments travel as references; their bytes are read in only for the provider.
         request, transcript = resolve_turn(store, inp.run_id, request, transcript)
         return request, transcript, tools, persisted
+
+    def from_recipe(self, inp: c.ModelTurnInput) -> AgentRequest:
+        """The header of a call whose input travels as a recipe: the input made again from
+        what the run store holds, and the header checked against the call's digest (a store
+        that gives back anything else counts as one that lost it)."""
+        recipe = inp.header_recipe
+        assert recipe is not None
+        store = self.files.store
+        files = {key: store.get_bytes(inp.run_id, key) for key in recipe_keys(recipe)}
+        try:
+            header_input = resolve(inp.header_input, recipe, self._stored_parts(inp.run_id), files)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KeyNotFound("the run store lacks what a call's input is made of") from exc
+        digest = inp.header_set.removesuffix(RECIPE_MARK)
+        header = self.from_set(inp.run_id, digest, header_input)
+        made = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:16]
+        if made != inp.header_digest:
+            raise KeyNotFound("the run store gave back another input than the call's")
+        return header
 
     def from_set(
         self, run_id: str, digest: str, header_input: dict[str, Any] | None

@@ -41,21 +41,30 @@ def handoff_file(node_id: str, fmt: HandoffFileFormat, output: Any) -> HandoffFi
         if not isinstance(markdown, str):
             return "the Markdown handoff has no `markdown` text"
         data = markdown.encode()
-        name, media = "HANDOFF.md", "text/markdown"
     else:
         data = (json.dumps(output, indent=2, ensure_ascii=False) + "\n").encode()
-        name, media = "HANDOFF.json", "application/json"
     if len(data) > HANDOFF_LIMIT:
         return f"the handoff is {len(data)} bytes; the limit is 1 MiB"
-    key = f"handoffs/{handoff_segment(node_id)}/{name}"
-    manifest = {
+    return HandoffFile(
+        key=handoff_key(node_id, fmt), data=data, manifest=handoff_manifest(node_id, fmt, data)
+    )
+
+
+def handoff_key(node_id: str, fmt: HandoffFileFormat) -> str:
+    """Where a node's handoff file is in the run store."""
+    name = "HANDOFF.md" if fmt == "markdown" else "HANDOFF.json"
+    return f"handoffs/{handoff_segment(node_id)}/{name}"
+
+
+def handoff_manifest(node_id: str, fmt: HandoffFileFormat, data: bytes) -> dict[str, Any]:
+    """The manifest of a node's handoff file holding `data`."""
+    return {
         "format": fmt,
-        "uri": f"run://{key}",
-        "mediaType": media,
+        "uri": f"run://{handoff_key(node_id, fmt)}",
+        "mediaType": "text/markdown" if fmt == "markdown" else "application/json",
         "sha256": hashlib.sha256(data).hexdigest(),
         "sizeBytes": len(data),
     }
-    return HandoffFile(key=key, data=data, manifest=manifest)
 
 
 def written_as(
@@ -81,6 +90,8 @@ __all__ = [
     "HandoffFile",
     "HandoffFileFormat",
     "handoff_file",
+    "handoff_key",
+    "handoff_manifest",
     "handoff_output",
     "handoff_segment",
     "written_as",

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from openflow.engine.build import build_request
+from openflow.engine.recipes import foretold
 from openflow.engine.request import AgentRequest, ToolSpec
 from openflow.engine.review import review_request, reviewer_node
 from openflow.engine.state import RunSnapshot
@@ -95,6 +96,10 @@ def expected_parts(snapshot: RunSnapshot) -> dict[str, Any]:
         rest, refs = by_reference(request.model_copy(update={"turn_index": 0}), stored)
         if refs is not None:
             _keep(found, header_set(rest, refs))
+            # The review's input as a clean run leaves it: its call sends what differs.
+            base = foretold(rest.input)
+            if base is not None:
+                _keep(found, base)
     return dict(sorted(found.items()))
 
 

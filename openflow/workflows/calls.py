@@ -3,7 +3,7 @@
 the engine folds, a failure included. Cancellation propagates to the caller.
 
 Activity names, inputs and the order of the commands are a durable contract: a recorded history
-replays only if these calls stay as they were (`workflow.patched` guards each change).
+replays only if these calls stay as they were (`patches.on` guards each change).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow.engine.advance import eager_tools
     from openflow.engine.display import model_summary, tools_summary
     from openflow.engine.headers import by_reference, header_set, part_digest
+    from openflow.engine.recipes import RECIPE_MARK, InputRecipe, input_recipe
     from openflow.engine.request import AgentRequest, ProviderFailure
     from openflow.engine.spec import template_headings
     from openflow.engine.state import (
@@ -43,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
         WriteHandoff,
     )
+    from openflow.workflows import patches
 
 MODEL_TIMEOUT = timedelta(minutes=30)
 TOOL_TIMEOUT = timedelta(hours=2)
@@ -171,6 +173,7 @@ async def model_turn(
     set_input = rest.input if stored_set and rest is not None else None
     if stored_set:
         rest, refs = None, None
+    stored_set, set_input, recipe = _input_by_reference(snapshot, stored_set, set_input, parts)
     eager = (
         eager_tools(snapshot, intent.node_id, request.tool_names)
         if intent.purpose == "node"
@@ -187,6 +190,7 @@ async def model_turn(
         header_refs=refs,
         header_set=stored_set,
         header_input=set_input,
+        header_recipe=recipe,
         delta=intent.delta,
         provider_id=request.provider_id or provider_id,
         eager=bool(eager),
@@ -242,6 +246,20 @@ async def model_turn(
     )
 
 
+def _input_by_reference(
+    snapshot: RunSnapshot, stored_set: str, set_input: dict[str, Any] | None, parts: set[str] | None
+) -> tuple[str, dict[str, Any] | None, InputRecipe | None]:
+    """The header set, input and recipe a call that names its header set carries: what of
+    its input the run store holds travels as references (`engine.recipes`), while the store
+    keeps the parts (a call the store failed empties them)."""
+    if not stored_set or not parts:
+        return stored_set, set_input, None
+    sent, recipe = input_recipe(snapshot, set_input, parts)
+    if recipe is None:
+        return stored_set, set_input, None
+    return stored_set + RECIPE_MARK, sent, recipe
+
+
 def _stored_handoff(
     arg: c.ModelTurnInput, request: AgentRequest, result: c.ModelTurnResult
 ) -> dict[str, Any] | None:
@@ -262,7 +280,7 @@ def turn_handoff(snapshot: RunSnapshot, intent: CallModel) -> c.TurnHandoff | No
     if node is None:
         return None
     spec = node.agent.handoff
-    if spec.format not in ("json", "markdown") or not workflow.patched(HANDOFF_IN_TURN):
+    if spec.format not in ("json", "markdown") or not patches.on(HANDOFF_IN_TURN):
         return None
     if spec.format == "markdown":
         headings = template_headings(getattr(spec, "template", "") or "")
@@ -286,7 +304,7 @@ async def tool_batch(intent: RunTools, snapshot: RunSnapshot) -> ToolsFinished |
     except ActivityError as exc:
         # Runs recorded before receipts settled a lost batch as unknown at once (the marker is
         # asked only where they asked it).
-        receipts = intent.side_effects and workflow.patched(TOOL_RECEIPTS)
+        receipts = intent.side_effects and patches.on(TOOL_RECEIPTS)
         return ToolsFailed(
             batch_id=intent.batch_id, reason=str(exc.cause or exc), receipts=receipts
         )
@@ -312,7 +330,7 @@ async def _batch_activity(
                 ToolBatchActivity.tool_batch,
                 arg,
                 task_queue=c.tool_task_queue(workflow.info().task_queue)
-                if workflow.patched(TOOL_POOL)
+                if patches.on(TOOL_POOL)
                 else None,
                 start_to_close_timeout=TOOL_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,

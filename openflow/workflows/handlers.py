@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
 
     from openflow import contracts as c
     from openflow.engine.state import ActionMalformed
+    from openflow.workflows import patches
 
 ActionKind = Literal[
     "input", "approval", "retry", "message", "interrupt", "revert", "budget", "revoke_grant"
@@ -192,7 +193,7 @@ def action_signal(name: str) -> Callable[[Callable[[W, c.Action], None]], Callab
             try:
                 action = read_signal(name, args)
             except Malformed as bad:
-                if bad.legacy is None or workflow.patched(REQUIRED_FIELDS_PATCH):
+                if bad.legacy is None or patches.on(REQUIRED_FIELDS_PATCH):
                     ignore(bad.reason, bad.payload)
                     return
                 action = bad.legacy

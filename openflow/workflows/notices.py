@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
     from openflow.engine.projection import WorkflowRunState
     from openflow.engine.state import Plan, RunSnapshot
+    from openflow.workflows import patches
 
 #: Between attempts: 1 s, doubling up to 10 minutes, for a day; then the notice is dropped.
 DELIVERY_RETRY = RetryPolicy(
@@ -115,7 +116,7 @@ class Notifier:
                 return
             event, awaiting = "paused", pending_pauses(plan, state())
         places = subscribers(hooks, event)
-        if not places or not workflow.patched(WEBHOOKS):
+        if not places or not patches.on(WEBHOOKS):
             return
         run_id = plan.snapshot.run_id
         notice = c.RunNotice(

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, assert_never
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         TimerFired,
         WriteHandoff,
     )
-    from openflow.workflows import calls, notices
+    from openflow.workflows import calls, notices, patches
     from openflow.workflows.approvals import approval_fact, revoke_fact
     from openflow.workflows.handlers import (
         Malformed,
@@ -75,6 +75,18 @@ POST_RUN_REVIEW = "post-run-review"
 INPUT_LIMITS = "input-limits"
 FAILED_START_NOTICES = "failed-start-notices"
 ACTIONS_DELIVERED = "actions-delivered"
+#: A run upserts only the search attributes that changed since its start or its last upsert.
+LEAN_ATTRIBUTES = "lean-attributes"
+
+
+def _start_attributes() -> tuple[str, tuple[str, ...]] | None:
+    """The status and awaiting nodes the execution started with, if its start set a status
+    (the server keeps no empty list: an awaiting left out is none)."""
+    attrs = workflow.info().typed_search_attributes
+    status = attrs.get(STATUS)
+    if status is None:
+        return None
+    return (status, tuple(attrs.get(AWAITING) or ()))
 
 
 class EngineFault(ApplicationError):
@@ -122,6 +134,8 @@ class OpenFlowRun:
     """One OpenFlow run: a durable host for the engine."""
 
     def __init__(self) -> None:
+        # First, in the run's first activation: before the run method and any handler.
+        patches.begin(self)
         self._facts: list[Fact] = []
         self._journal = Journal()
         self._snapshot: RunSnapshot | None = None
@@ -155,7 +169,7 @@ class OpenFlowRun:
             inp = inp.model_copy(update={"run_id": workflow.info().workflow_id})
         self._input = inp
         self._events_limit = (
-            HISTORY_EVENTS_LIMIT if workflow.patched(SHORT_EXECUTIONS) else OLD_HISTORY_EVENTS_LIMIT
+            HISTORY_EVENTS_LIMIT if patches.on(SHORT_EXECUTIONS) else OLD_HISTORY_EVENTS_LIMIT
         )
         self._journal.begin(inp)
         self._headers_sent = set(inp.headers_sent)
@@ -173,7 +187,7 @@ class OpenFlowRun:
                 # broken script): the run ends failed, saying what to fix.
                 cause = exc.cause
                 message = getattr(cause, "message", None) or str(cause or exc)
-                if workflow.patched(FAILED_START_NOTICES):
+                if patches.on(FAILED_START_NOTICES):
                     self._webhooks = await calls.listed_webhooks()
                 plan = engine.start(
                     inp.workflow,
@@ -181,7 +195,7 @@ class OpenFlowRun:
                     now,
                     entrypoint_text=inp.entrypoint,
                     start_error=message,
-                    limits=workflow.patched(INPUT_LIMITS),
+                    limits=patches.on(INPUT_LIMITS),
                 )
                 self._apply(plan, [])
                 if self._notices.tasks:
@@ -207,9 +221,9 @@ class OpenFlowRun:
                 agents=prepared.agents,
                 read_tools=prepared.read_tools,
                 # Runs recorded before the review existed must replay as they ran.
-                review=workflow.patched(POST_RUN_REVIEW),
+                review=patches.on(POST_RUN_REVIEW),
                 # Runs recorded before the input limits existed must replay as they ran too.
-                limits=workflow.patched(INPUT_LIMITS),
+                limits=patches.on(INPUT_LIMITS),
                 budget=inp.budget,
             )
             del prepared  # a run waits for months: nothing of its start is kept but the plan
@@ -307,11 +321,18 @@ class OpenFlowRun:
 
     def _update_visibility(self, plan: Plan) -> None:
         attrs = (self._status, display.awaiting_nodes(plan))
+        lean = patches.on(LEAN_ATTRIBUTES)
+        if self._last_attrs is None and lean:
+            # What the start set needs no upsert to say again.
+            self._last_attrs = _start_attributes()
         if attrs != self._last_attrs:
-            self._last_attrs = attrs
-            workflow.upsert_search_attributes(
-                [STATUS.value_set(attrs[0]), AWAITING.value_set(list(attrs[1]))]
-            )
+            last, self._last_attrs = self._last_attrs, attrs
+            upserts: list[SearchAttributeUpdate[Any]] = []
+            if not lean or last is None or attrs[0] != last[0]:
+                upserts.append(STATUS.value_set(attrs[0]))
+            if not lean or last is None or attrs[1] != last[1]:
+                upserts.append(AWAITING.value_set(list(attrs[1])))
+            workflow.upsert_search_attributes(upserts)
         workflow.set_current_details(display.run_details(plan))
 
     # --- webhooks -----------------------------------------------------------------------
@@ -456,9 +477,9 @@ class OpenFlowRun:
         # Runs recorded when an input to a failed node was ignored, or a message taken during
         # a node's last turn was lost to its submit, replay as they ran.
         if isinstance(fact, InputGiven):
-            fact = fact.model_copy(update={"retry_failed": workflow.patched(ACTIONS_DELIVERED)})
+            fact = fact.model_copy(update={"retry_failed": patches.on(ACTIONS_DELIVERED)})
         elif isinstance(fact, MessageSent):
-            fact = fact.model_copy(update={"deliver_late": workflow.patched(ACTIONS_DELIVERED)})
+            fact = fact.model_copy(update={"deliver_late": patches.on(ACTIONS_DELIVERED)})
         if not isinstance(fact, ActionMalformed):
             self._received += 1
         self._facts.append(fact)

@@ -14,7 +14,8 @@ from temporalio.client import WorkflowHistory
 
 from tests.workflows.conftest import history_replayer
 
-CORPUS = sorted((Path(__file__).parent / "corpus").glob("*.json.gz"))
+#: Runs recorded before the patch epoch, and under it (`corpus/epoch-1/`).
+CORPUS = sorted((Path(__file__).parent / "corpus").rglob("*.json.gz"))
 
 
 @pytest.mark.asyncio(loop_scope="session")

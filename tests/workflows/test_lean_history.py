@@ -3,6 +3,8 @@ run's start, and calls refer to them; a store that lost them gets them inline ag
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -183,3 +185,48 @@ async def test_a_store_that_lost_the_workflow_gets_it_inline(
     prepared = breakdown(await harness.handle(run_id).fetch_history()).of("prepare_run input")
     assert [v.get("workflow", {}).get("id") for _, _, v in prepared] == [None, wf.id]
     await harness.replay(run_id)
+
+
+async def test_a_dags_calls_name_what_the_run_store_holds_of_their_input(
+    harness: Harness,
+) -> None:
+    from bench.scale import dag
+
+    harness.script({}, exhausted="echo")
+    run_id = await harness.start(dag(), entrypoint="bench")
+    result = await harness.result(run_id)
+    assert result.status == "completed", result
+    history = await harness.handle(run_id).fetch_history()
+    found = breakdown(history)
+    assert not any(v.get("refs_missing") for _, _, v in found.of("model_turn result"))
+    by_node = {c.call_node(v["call_id"]): v for _, v in _turn_inputs(history)}
+    # Each child names the root's handoff file instead of carrying its output and manifest.
+    for child in ("left", "right"):
+        turn = by_node[child]
+        assert turn["header_input"] == {"upstream": [None]}
+        assert [r["node"] for r in turn["header_recipe"]["refs"]] == ["root"]
+        assert "sha256" not in json.dumps(turn)
+    # The review sends what differs from the evidence its run's start foretold.
+    review = by_node["__post_run_review"]
+    assert "header_input" not in review and review["header_recipe"]["base"]
+    assert "systemPrompt" not in json.dumps(review) and "edges" not in json.dumps(review)
+    carried = found.fields["model_turn input .header_input"]
+    carried += found.fields["model_turn input .header_recipe"]
+    assert carried < 600, carried
+    # What each call's activity made of its recipe is the header the workflow built, to the
+    # byte: the header it stored is named by the digest the workflow took.
+    for node_id in ("left", "right", "__post_run_review"):
+        turn = by_node[node_id]
+        stored = harness.home / "runs" / run_id / "headers" / f"{turn['header_digest']}.json"
+        await _written(stored)
+        assert hashlib.sha256(stored.read_bytes()).hexdigest()[:16] == turn["header_digest"]
+    await harness.replay(run_id)
+
+
+async def _written(path: Path, timeout: float = 10.0) -> None:
+    """Wait for a file written in the background."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not path.exists():
+        assert loop.time() < deadline, f"{path} was never written"
+        await asyncio.sleep(0.05)

@@ -10,6 +10,10 @@ With names, only those scenarios are captured again; the other files stay. Re-ca
 scenario when you add one or when its shape changes on purpose (a new event, a new activity):
 the files captured before still show that the runs those versions started replay, so keep
 them under a new name rather than overwrite them when a change is meant to be compatible.
+
+`--out DIR` writes into DIR instead: `epoch-1/` holds the scenarios as runs recorded under the
+patch epoch `epoch-1` (`openflow/workflows/patches.py`); the files beside it were recorded
+before it.
 """
 
 from __future__ import annotations
@@ -850,11 +854,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("names", nargs="*", help="scenarios to capture again (default: all)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--out", type=Path, default=HERE, help="the folder to write into")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join(SCENARIOS))
         return
-    asyncio.run(capture(args.names))
+    args.out.mkdir(parents=True, exist_ok=True)
+    asyncio.run(capture(args.names, args.out))
 
 
 if __name__ == "__main__":

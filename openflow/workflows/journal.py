@@ -1,10 +1,16 @@
 """A run's record as its queries read it: this execution's events, the state projection folded
 from them lazily (steps record events, queries project them), and what a continued or resumed
-execution takes along."""
+execution takes along.
+
+A paused run may wait for months in a worker's cache, so the journal holds its events as their
+JSON bytes (a fifth of what the event objects take) and decodes them only when a query or a
+notice needs the projection or the events themselves.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from temporalio import workflow
@@ -20,33 +26,55 @@ _EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
 #: While its events are this small (as JSON), a continued execution carries them along.
 CARRY_EVENTS_BYTES = 256 * 1024
 
+#: What a run's state starts from before its first event: the workflow's id, the run's id,
+#: the node ids, plan mode's evidence source (`initial_state`'s arguments).
+_Origin = tuple[str, str, tuple[str, ...], str | None]
+
 
 class Journal:
     """The events of one execution, and the projection they fold into."""
 
     def __init__(self) -> None:
-        self.events: list[RunEvent] = []
+        #: Each event as its JSON (`model_dump_json`), in the order recorded.
+        self._encoded: list[bytes] = []
         self.first_seq = 1
         self.previous_run_id: str | None = None
         self._state: WorkflowRunState | None = None
         #: What the state starts from until a query first needs it: the carried state's JSON,
-        #: or the run's input (most runs are never queried while a worker holds them).
-        self._seed: dict[str, Any] | c.RunInput | None = None
+        #: or the run's origin (most runs are never queried while a worker holds them).
+        self._seed: dict[str, Any] | _Origin | None = None
         self._projected = 0
 
     def begin(self, inp: c.RunInput) -> None:
         """Start from what the execution before carried (events, state), or from nothing."""
-        self.events = [_EVENT.validate_python(data) for data in inp.events]
-        self.first_seq = self.events[0].seq if self.events else inp.first_seq
+        events = [_EVENT.validate_python(data) for data in inp.events]
+        self._encoded = []
+        self.record(events)
+        self.first_seq = events[0].seq if events else inp.first_seq
         self.previous_run_id = inp.previous_run_id
         self._state = None
         if inp.state is not None:
             # The carried state already reflects the carried events.
             self._seed = inp.state
-            self._projected = len(self.events)
+            self._projected = len(events)
             return
-        self._seed = inp
+        plan_mode = inp.workflow.settings.plan_mode
+        self._seed = (
+            inp.workflow.id,
+            inp.run_id,
+            tuple(n.id for n in inp.workflow.nodes),
+            plan_mode.evidence_source_node_id if plan_mode else None,
+        )
         self._projected = 0
+
+    def record(self, events: Iterable[RunEvent]) -> None:
+        """Add events a step emitted."""
+        self._encoded.extend(e.model_dump_json().encode() for e in events)
+
+    @property
+    def events(self) -> list[RunEvent]:
+        """This execution's events, decoded."""
+        return [_EVENT.validate_json(data) for data in self._encoded]
 
     def _initial(self) -> WorkflowRunState:
         seed = self._seed
@@ -54,26 +82,29 @@ class Journal:
         self._seed = None
         if isinstance(seed, dict):
             return WorkflowRunState.model_validate(seed)
-        plan_mode = seed.workflow.settings.plan_mode
-        return initial_state(
-            seed.workflow.id,
-            seed.run_id,
-            [n.id for n in seed.workflow.nodes],
-            plan_mode.evidence_source_node_id if plan_mode else None,
-        )
+        return initial_state(*seed)
 
     def projection(self) -> WorkflowRunState:
         """The state projection, with every event recorded so far folded in."""
         if self._state is None:
             self._state = self._initial()
-        while self._projected < len(self.events):
-            self._state = apply_event(self._state, self.events[self._projected])
+        while self._projected < len(self._encoded):
+            event = _EVENT.validate_json(self._encoded[self._projected])
+            self._state = apply_event(self._state, event)
             self._projected += 1
         return self._state
 
     def after(self, seq: int) -> list[dict[str, Any]]:
         """The `events` query's answer: the events after `seq`, as JSON."""
-        return [e.model_dump(mode="json") for e in self.events if e.seq > seq]
+        # Seqs rise one by one from the first event's, so the events after `seq` are a tail.
+        dumped = (json.loads(data) for data in reversed(self._encoded))
+        tail = []
+        for event in dumped:
+            if event["seq"] <= seq:
+                break
+            tail.append(event)
+        tail.reverse()
+        return tail
 
     def origin(self) -> c.EventsOrigin:
         """Where this execution's events start, and the execution that holds the earlier ones."""
@@ -87,7 +118,7 @@ class Journal:
         """
         if self.previous_run_id is not None and self.first_seq > 1:
             return []
-        dumped = [e.model_dump(mode="json") for e in self.events]
+        dumped = [json.loads(data) for data in self._encoded]
         size = sum(len(json.dumps(e, separators=(",", ":"))) for e in dumped)
         return dumped if size <= CARRY_EVENTS_BYTES else []
 

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         read_after,
     )
     from openflow.workflows.journal import Journal
+    from openflow.workflows.shared import shared_settled, shared_workflow
     from openflow.workflows.tracing import RunSpans
 
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
@@ -161,6 +162,8 @@ class OpenFlowRun:
 
     @workflow.run
     async def run(self, inp: c.RunInput) -> c.RunResult:
+        # The SDK keeps the run's input as long as the run: its workflow is the worker's one.
+        inp.workflow = shared_workflow(inp.workflow, inp.workflow_stored)
         if not inp.run_id:
             # A schedule's runs: Temporal makes the id (the action's id and the due time).
             inp = inp.model_copy(update={"run_id": workflow.info().workflow_id})
@@ -206,7 +209,7 @@ class OpenFlowRun:
             self._execution_dir = prepared.execution_dir
             assert prepared.workflow is not None  # calls.prepare_run fills it in
             plan = engine.start(
-                prepared.workflow,
+                shared_settled(prepared.workflow, inp, prepared.active_provider),
                 inp.run_id,
                 now,
                 entrypoint_text=inp.entrypoint,
@@ -239,8 +242,10 @@ class OpenFlowRun:
                 # What the execution before told of already.
                 self._notices.paused = notices.pause_keys(inp.snapshot)
         self._apply(plan, list(inp.pending_intents))
-        # The first plan's intents (a whole request header) and snapshot are not kept either.
+        # The first plan's intents (a whole request header) and snapshot are not kept either,
+        # nor what only the start read of the input the SDK keeps.
         del plan
+        inp.snapshot, inp.events, inp.pending_intents, inp.continuation = None, [], [], None
         while not self._finished():
             try:
                 if self._deferred is not None:
@@ -299,7 +304,7 @@ class OpenFlowRun:
     def _apply(self, plan: Plan, carried: list[Intent]) -> None:
         self._snapshot = plan.snapshot
         self._status = plan.status
-        self._journal.events.extend(plan.events)
+        self._journal.record(plan.events)
         self._spans.observe(plan.events)
         self._facts.extend(plan.facts)
         intents = [*carried, *plan.intents]

@@ -1,0 +1,55 @@
+"""One parsed workflow for every run of it on a worker.
+
+Each run decodes its workflow from its own input, and its start settles a copy of it; a worker
+holding thousands of paused runs of one workflow would hold thousands of equal copies. The
+shell never changes a workflow in place (the engine copies what it changes), so runs whose
+workflows read back the same share one object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from openflow import contracts as c
+    from openflow.engine.spec import Workflow
+
+#: Distinct workflows a worker keeps shared; the least recently started go first (a run keeps
+#: its own reference, so one going from here costs nothing but a later run's sharing).
+SHARED_WORKFLOWS = 256
+
+_shared: OrderedDict[bytes, Workflow] = OrderedDict()
+
+
+def shared_workflow(wf: Workflow, name: str = "") -> Workflow:
+    """The worker's one object equal to `wf` (which becomes it when none is known).
+
+    `name` tells `wf` apart from every other workflow when given (a run's `workflow_stored`
+    digest: its client named it so); else its JSON does.
+    """
+    key = name.encode() if name else hashlib.blake2b(wf.model_dump_json().encode()).digest()
+    known = _shared.get(key)
+    if known is not None:
+        _shared.move_to_end(key)
+        return known
+    _shared[key] = wf
+    while len(_shared) > SHARED_WORKFLOWS:
+        _shared.popitem(last=False)
+    return wf
+
+
+def shared_settled(settled: Workflow, inp: c.RunInput, provider: str) -> Workflow:
+    """The workflow a run's start settled (`calls.prepare_run`), shared.
+
+    When it is the run's own with only its provider filled in (`contracts.settled_workflow`
+    copies the workflow but keeps its nodes), the input's name and the provider name it.
+    """
+    if inp.workflow_stored and settled.nodes is inp.workflow.nodes:
+        return shared_workflow(settled, f"{inp.workflow_stored} {provider}")
+    return shared_workflow(settled)
+
+
+__all__ = ["SHARED_WORKFLOWS", "shared_settled", "shared_workflow"]

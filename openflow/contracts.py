@@ -7,6 +7,8 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 from __future__ import annotations
 
 import hashlib
+import math
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -19,6 +21,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -139,10 +142,67 @@ class RunInput(OmitDefaults, _Model):
     @field_serializer("workflow", mode="wrap")
     def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
         """The workflow without its fields at their defaults (they read back as them)."""
-        return handler(value) if value is None else without_defaults(value, handler(value))
+        return lean_workflow(value, handler(value))
+
+    @field_validator("workflow", mode="before")
+    @classmethod
+    def _full_workflow(cls, value: Any) -> Any:
+        return full_workflow(value)
 
 
-class RunResult(_Model):
+#: What a node of most workflows carries for nothing: its kind (there is one) and, in a
+#: workflow made by code, a place at the canvas's origin.
+_NODE_KIND = "agent"
+_ORIGIN = {"x": 0.0, "y": 0.0}
+
+
+def _at_origin(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and value == _ORIGIN
+        and all(type(v) is float and math.copysign(1.0, v) > 0 for v in value.values())
+    )
+
+
+def lean_workflow(value: Workflow | None, data: Any) -> Any:
+    """A workflow's JSON as history carries it: without its fields at their defaults, and its
+    nodes without their kind and a position at the origin (`full_workflow` puts them back)."""
+    if value is None:
+        return data
+    data = without_defaults(value, data)
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, list):
+        return data
+    lean = [
+        {
+            k: v
+            for k, v in node.items()
+            if not (k == "kind" and v == _NODE_KIND) and not (k == "position" and _at_origin(v))
+        }
+        if isinstance(node, dict)
+        else node
+        for node in nodes
+    ]
+    return {**data, "nodes": lean}
+
+
+def full_workflow(data: Any) -> Any:
+    """A workflow's JSON as `lean_workflow` left it, with each node's kind and position back."""
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, list) or all(
+        not isinstance(n, dict) or ("kind" in n and "position" in n) for n in nodes
+    ):
+        return data
+    full = [
+        {"kind": _NODE_KIND, "position": dict(_ORIGIN), **node} if isinstance(node, dict) else node
+        for node in nodes
+    ]
+    return {**data, "nodes": full}
+
+
+class RunResult(OmitDefaults, _Model):
+    """How a run ended (no `error` when none)."""
+
     run_id: str
     status: Literal["completed", "failed", "stopped"]
     outputs: dict[str, Any] = Field(default_factory=dict)
@@ -252,7 +312,9 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: from (None when it starts from a stored part).
     header_recipe: InputRecipe | None = None
     delta: TranscriptDelta = Field(default_factory=lambda: TranscriptDelta(base_len=0))
-    provider_id: str
+    #: "" when it is the one the header names (`AgentRequest.provider_id`): the activity
+    #: takes that one.
+    provider_id: str = ""
     profile: dict[str, Any] = Field(default_factory=dict)
     #: Run the reply's calls at once when all are reads the node lets through (see `tools`).
     eager: bool = True
@@ -366,10 +428,48 @@ class ReceiptResult(OmitDefaults, _Model):
     result: ToolBatchResult | None = None
 
 
+#: The wire each provider kind speaks unless its profile names another transport
+#: (`activities.providers.base.wire_for`): what a call to a provider of that kind asks for.
+KIND_WIRES: dict[str, str] = {
+    "openai": "responses",
+    "anthropic": "anthropic_messages",
+    "chat_completions": "chat_completions",
+    "bedrock": "bedrock_converse",
+    "scripted": "scripted",
+}
+
+
+@dataclass(frozen=True)
+class TurnAsked:
+    """What a model call asked for, as its activity and its workflow both know it: a lean
+    result (`ModelTurnResult.lean`) leaves out what of its reply is just that."""
+
+    #: The wire of the provider's kind (`KIND_WIRES`); "" when not known (never lean).
+    wire: str
+    #: The model the request names.
+    model: str
+    #: The transcript's length once the call's delta is stored.
+    persisted_len: int
+
+
+def turn_asked(inp: ModelTurnInput, kind: Any, model: str) -> TurnAsked:
+    """What the call `inp` to a provider of `kind` for `model` asked for."""
+    return TurnAsked(
+        wire=KIND_WIRES.get(kind, "") if isinstance(kind, str) else "",
+        model=model,
+        persisted_len=inp.delta.base_len + len(inp.delta.items),
+    )
+
+
 class ModelTurnResult(OmitDefaults, _Model):
     """A model call's outcome. Its reply's items, then the full results of the reads it ran
     (`tools`), are the transcript's lines from `persisted_len` on (`reply_key` is set only in
-    histories of workers that stored replies on their own)."""
+    histories of workers that stored replies on their own).
+
+    A lean result (`lean`) is one whose reply has no `wire`: it leaves out what the call asked
+    for (`TurnAsked`): the wire, the model when it is the one asked for, a cost of 0.0 and
+    `persisted_len`. The workflow puts them back from the call it made (`restored`).
+    """
 
     reply: ModelReply | None = None
     failure: ProviderFailure | None = None
@@ -385,6 +485,66 @@ class ModelTurnResult(OmitDefaults, _Model):
     #: The turn stored that handoff and leaves its manifest out: the workflow makes it again
     #: from the reply (`model_turn.submitted_handoff`), as the turn did.
     handoff_stored: bool = False
+    #: A lean result's reply as it travels (under `reply`), until `restored` makes it whole.
+    lean_reply: dict[str, Any] | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lean_reply(cls, data: Any) -> Any:
+        reply = data.get("reply") if isinstance(data, dict) else None
+        if isinstance(reply, dict) and "wire" not in reply:
+            data = {k: v for k, v in data.items() if k != "reply"}
+            data["lean_reply"] = reply
+        return data
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = OmitDefaults._omit_defaults(self, handler)
+        if self.lean_reply is not None and isinstance(data, dict):
+            data = {"reply": self.lean_reply, **data}
+        return data
+
+    def lean(self, asked: TurnAsked) -> ModelTurnResult:
+        """This result as history carries it: its reply without what the call asked for; the
+        result itself when its reply is not what was asked for (another wire, a transcript
+        of another length, a cost unknown)."""
+        reply = self.reply
+        usage = reply.usage if reply is not None else None
+        if (
+            reply is None
+            or not asked.wire
+            or reply.wire != asked.wire
+            or self.persisted_len != asked.persisted_len
+            or (usage is not None and usage.cost_usd is None)
+        ):
+            return self
+        data = reply.model_dump(mode="json")
+        del data["wire"]
+        if reply.model == asked.model:
+            data.pop("model", None)
+        else:
+            data["model"] = reply.model
+        cost = usage.cost_usd if usage is not None else None
+        if cost == 0.0 and math.copysign(1.0, cost) > 0 and isinstance(data.get("usage"), dict):
+            del data["usage"]["cost_usd"]
+        return self.model_copy(update={"reply": None, "lean_reply": data, "persisted_len": None})
+
+    def restored(self, asked: TurnAsked) -> ModelTurnResult:
+        """The result whole again, its reply as the activity had it (a result that is not
+        lean, recorded by any worker, is itself)."""
+        if self.lean_reply is None:
+            return self
+        data = {"wire": asked.wire, "model": asked.model, **self.lean_reply}
+        usage = data.get("usage")
+        if isinstance(usage, dict) and "cost_usd" not in usage:
+            data["usage"] = {**usage, "cost_usd": 0.0}
+        return self.model_copy(
+            update={
+                "reply": ModelReply.model_validate(data),
+                "lean_reply": None,
+                "persisted_len": asked.persisted_len,
+            }
+        )
 
 
 class HandoffInput(_Model):
@@ -615,6 +775,11 @@ class WebhookResult(_Model):
 
 __all__ = [
     "HEADER_PARTS_KEY",
+    "KIND_WIRES",
+    "TurnAsked",
+    "full_workflow",
+    "lean_workflow",
+    "turn_asked",
     "settled_workflow",
     "ACTIVITY_LIST_WEBHOOKS",
     "ACTIVITY_WEBHOOK",

@@ -7,8 +7,6 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 from __future__ import annotations
 
 import hashlib
-import math
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -109,7 +107,9 @@ class WebhookRef(_Model):
 class RunInput(OmitDefaults, _Model):
     """How a run starts (or continues as new, or resumes from a checkpoint)."""
 
-    run_id: str
+    #: "" for the run's workflow id (a run's start leaves it out; a schedule's runs' ids are
+    #: made by Temporal).
+    run_id: str = ""
     workflow: Workflow
     entrypoint: str = ""
     project_dir: str | None = None
@@ -151,53 +151,56 @@ class RunInput(OmitDefaults, _Model):
 
 
 #: What a node of most workflows carries for nothing: its kind (there is one) and, in a
-#: workflow made by code, a place at the canvas's origin.
+#: workflow made by code, a place at the canvas's origin and its id as its label.
 _NODE_KIND = "agent"
 _ORIGIN = {"x": 0.0, "y": 0.0}
 
 
-def _at_origin(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and value == _ORIGIN
-        and all(type(v) is float and math.copysign(1.0, v) > 0 for v in value.values())
-    )
+def _zero(value: Any) -> bool:
+    """0.0 itself (not -0.0, which reads back as another float)."""
+    return type(value) is float and repr(value) == "0.0"
+
+
+def _lean_node(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    position = node.get("position")
+    at_origin = isinstance(position, dict) and position.keys() == _ORIGIN.keys()
+    return {
+        k: v
+        for k, v in node.items()
+        if not (k == "kind" and v == _NODE_KIND)
+        and not (k == "position" and at_origin and all(map(_zero, position.values())))
+        and not (k == "label" and v == node.get("id"))
+    }
+
+
+def _full_node(node: Any) -> Any:
+    if not isinstance(node, dict) or ("kind" in node and "position" in node and "label" in node):
+        return node
+    return {"label": node.get("id"), "kind": _NODE_KIND, "position": dict(_ORIGIN), **node}
 
 
 def lean_workflow(value: Workflow | None, data: Any) -> Any:
     """A workflow's JSON as history carries it: without its fields at their defaults, and its
-    nodes without their kind and a position at the origin (`full_workflow` puts them back)."""
+    nodes without their kind, a label that is their id and a position at the canvas's origin
+    (`full_workflow` puts them back)."""
     if value is None:
         return data
     data = without_defaults(value, data)
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list):
         return data
-    lean = [
-        {
-            k: v
-            for k, v in node.items()
-            if not (k == "kind" and v == _NODE_KIND) and not (k == "position" and _at_origin(v))
-        }
-        if isinstance(node, dict)
-        else node
-        for node in nodes
-    ]
-    return {**data, "nodes": lean}
+    return {**data, "nodes": [_lean_node(node) for node in nodes]}
 
 
 def full_workflow(data: Any) -> Any:
-    """A workflow's JSON as `lean_workflow` left it, with each node's kind and position back."""
+    """A workflow's JSON as `lean_workflow` left it, with each node's kind, label and
+    position back."""
     nodes = data.get("nodes") if isinstance(data, dict) else None
-    if not isinstance(nodes, list) or all(
-        not isinstance(n, dict) or ("kind" in n and "position" in n) for n in nodes
-    ):
+    if not isinstance(nodes, list):
         return data
-    full = [
-        {"kind": _NODE_KIND, "position": dict(_ORIGIN), **node} if isinstance(node, dict) else node
-        for node in nodes
-    ]
-    return {**data, "nodes": full}
+    return {**data, "nodes": [_full_node(node) for node in nodes]}
 
 
 class RunResult(OmitDefaults, _Model):
@@ -285,6 +288,17 @@ class TurnHandoff(OmitDefaults, _Model):
 
     format: Literal["json", "markdown"]
     headings: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _format_alone(cls, data: Any) -> Any:
+        return {"format": data} if isinstance(data, str) else data
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A handoff of nothing but its format as its format (`"json"`)."""
+        data = OmitDefaults._omit_defaults(self, handler)
+        return self.format if data == {"format": self.format} else data
 
 
 class ModelTurnInput(OmitDefaults, _Model):
@@ -439,10 +453,11 @@ KIND_WIRES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class TurnAsked:
+class TurnAsked(BaseModel):
     """What a model call asked for, as its activity and its workflow both know it: a lean
     result (`ModelTurnResult.lean`) leaves out what of its reply is just that."""
+
+    model_config = ConfigDict(frozen=True)
 
     #: The wire of the provider's kind (`KIND_WIRES`); "" when not known (never lean).
     wire: str
@@ -525,7 +540,7 @@ class ModelTurnResult(OmitDefaults, _Model):
         else:
             data["model"] = reply.model
         cost = usage.cost_usd if usage is not None else None
-        if cost == 0.0 and math.copysign(1.0, cost) > 0 and isinstance(data.get("usage"), dict):
+        if _zero(cost) and isinstance(data.get("usage"), dict):
             del data["usage"]["cost_usd"]
         return self.model_copy(update={"reply": None, "lean_reply": data, "persisted_len": None})
 
@@ -775,11 +790,6 @@ class WebhookResult(_Model):
 
 __all__ = [
     "HEADER_PARTS_KEY",
-    "KIND_WIRES",
-    "TurnAsked",
-    "full_workflow",
-    "lean_workflow",
-    "turn_asked",
     "settled_workflow",
     "ACTIVITY_LIST_WEBHOOKS",
     "ACTIVITY_WEBHOOK",
@@ -850,4 +860,9 @@ __all__ = [
     "TurnHandoff",
     "UPDATE_ACT",
     "WORKFLOW_NAME",
+    "KIND_WIRES",
+    "TurnAsked",
+    "full_workflow",
+    "lean_workflow",
+    "turn_asked",
 ]

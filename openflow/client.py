@@ -180,6 +180,28 @@ def _store_failure(exc: BaseException) -> bool:
     return psycopg is not None and isinstance(exc, psycopg.Error)
 
 
+def start_attributes(workflow: Workflow, tenant: str) -> TypedSearchAttributes:
+    """The search attributes a run starts with. A deployment without tenants sets none: a
+    run without `OpenFlowTenant` is one of tenant "" (`tenant_clause`)."""
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(SA_STATUS, "running"),
+        SearchAttributePair(SA_WORKFLOW_ID, workflow.id),
+        SearchAttributePair(SA_WORKFLOW_NAME, workflow.name),
+        SearchAttributePair(SA_AWAITING, []),
+    ]
+    if tenant:
+        pairs.append(SearchAttributePair(SA_TENANT, tenant))
+    return TypedSearchAttributes(pairs)
+
+
+def tenant_clause(tenant: str) -> str:
+    """The visibility query's clause for a tenant's runs (tenant "": runs started without the
+    attribute, and those started with it empty before)."""
+    if tenant:
+        return f"{c.SA_TENANT} = '{_q(tenant)}'"
+    return f"({c.SA_TENANT} = '' OR {c.SA_TENANT} IS NULL)"
+
+
 class Runs:
     """The runs of one tenant ("" when the deployment has none)."""
 
@@ -241,15 +263,7 @@ class Runs:
                 _VALID.put(digest, True)
         check_entrypoint(entrypoint)
         project = os.path.realpath(project_dir) if project_dir else None
-        attrs = TypedSearchAttributes(
-            [
-                SearchAttributePair(SA_STATUS, "running"),
-                SearchAttributePair(SA_WORKFLOW_ID, workflow.id),
-                SearchAttributePair(SA_WORKFLOW_NAME, workflow.name),
-                SearchAttributePair(SA_AWAITING, []),
-                SearchAttributePair(SA_TENANT, self.tenant),
-            ]
-        )
+        attrs = start_attributes(workflow, self.tenant)
         return RunStart(
             input=c.RunInput(
                 run_id=run_id,
@@ -306,7 +320,8 @@ class Runs:
             run_input = request.input
         # The workflow goes to the run store too, so the run's start need not carry it twice.
         stored = await asyncio.to_thread(self._store_workflow, run_id, data, digest)
-        run_input = run_input.model_copy(update={"workflow_stored": stored})
+        # The run takes its workflow id as its run id: the input need not say it again.
+        run_input = run_input.model_copy(update={"workflow_stored": stored, "run_id": ""})
         try:
             await self.client.start_workflow(
                 c.WORKFLOW_NAME,
@@ -416,7 +431,7 @@ class Runs:
         self, status: str | None = None, workflow_id: str | None = None, limit: int = 200
     ) -> list[RunSummary]:
         """Runs from Temporal's visibility, newest first."""
-        clauses = [f"WorkflowType = '{c.WORKFLOW_NAME}'", f"{c.SA_TENANT} = '{_q(self.tenant)}'"]
+        clauses = [f"WorkflowType = '{c.WORKFLOW_NAME}'", tenant_clause(self.tenant)]
         if status:
             clauses.append(f"{c.SA_STATUS} = '{_q(status)}'")
         if workflow_id:
@@ -577,15 +592,7 @@ class Runs:
             pending_intents=[],
         )
         inp = c.RunInput.model_validate(data)
-        attrs = TypedSearchAttributes(
-            [
-                SearchAttributePair(SA_STATUS, "running"),
-                SearchAttributePair(SA_WORKFLOW_ID, inp.workflow.id),
-                SearchAttributePair(SA_WORKFLOW_NAME, inp.workflow.name),
-                SearchAttributePair(SA_AWAITING, []),
-                SearchAttributePair(SA_TENANT, self.tenant),
-            ]
-        )
+        attrs = start_attributes(inp.workflow, self.tenant)
         project = os.path.realpath(inp.project_dir) if inp.project_dir else None
         await self.client.start_workflow(
             c.WORKFLOW_NAME,
@@ -682,5 +689,7 @@ __all__ = [
     "parse_event",
     "parse_events",
     "parse_state",
+    "start_attributes",
     "state_json",
+    "tenant_clause",
 ]

@@ -20,6 +20,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -107,7 +108,9 @@ class WebhookRef(_Model):
 class RunInput(OmitDefaults, _Model):
     """How a run starts (or continues as new, or resumes from a checkpoint)."""
 
-    run_id: str
+    #: "" for the run's workflow id (a run's start leaves it out; a schedule's runs' ids are
+    #: made by Temporal).
+    run_id: str = ""
     workflow: Workflow
     entrypoint: str = ""
     project_dir: str | None = None
@@ -140,10 +143,74 @@ class RunInput(OmitDefaults, _Model):
     @field_serializer("workflow", mode="wrap")
     def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
         """The workflow without its fields at their defaults (they read back as them)."""
-        return handler(value) if value is None else without_defaults(value, handler(value))
+        return lean_workflow(value, handler(value))
+
+    @field_validator("workflow", mode="before")
+    @classmethod
+    def _full_workflow(cls, value: Any) -> Any:
+        return full_workflow(value)
 
 
-class RunResult(_Model):
+#: What a node of most workflows carries for nothing: its kind (there is one) and, in a
+#: workflow made by code, a place at the canvas's origin and its id as its label.
+_NODE_KIND = "agent"
+_ORIGIN = {"x": 0.0, "y": 0.0}
+
+
+def _zero(value: Any) -> bool:
+    """0.0 itself (not -0.0, which reads back as another float)."""
+    return type(value) is float and repr(value) == "0.0"
+
+
+def _lean_node(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    position = node.get("position")
+    at_origin = (
+        isinstance(position, dict)
+        and position.keys() == _ORIGIN.keys()
+        and all(map(_zero, position.values()))
+    )
+    return {
+        k: v
+        for k, v in node.items()
+        if not (k == "kind" and v == _NODE_KIND)
+        and not (k == "position" and at_origin)
+        and not (k == "label" and v == node.get("id"))
+    }
+
+
+def _full_node(node: Any) -> Any:
+    if not isinstance(node, dict) or ("kind" in node and "position" in node and "label" in node):
+        return node
+    return {"label": node.get("id"), "kind": _NODE_KIND, "position": dict(_ORIGIN), **node}
+
+
+def lean_workflow(value: Workflow | None, data: Any) -> Any:
+    """A workflow's JSON as history carries it: without its fields at their defaults, and its
+    nodes without their kind, a label that is their id and a position at the canvas's origin
+    (`full_workflow` puts them back)."""
+    if value is None:
+        return data
+    data = without_defaults(value, data)
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, list):
+        return data
+    return {**data, "nodes": [_lean_node(node) for node in nodes]}
+
+
+def full_workflow(data: Any) -> Any:
+    """A workflow's JSON as `lean_workflow` left it, with each node's kind, label and
+    position back."""
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, list):
+        return data
+    return {**data, "nodes": [_full_node(node) for node in nodes]}
+
+
+class RunResult(OmitDefaults, _Model):
+    """How a run ended (no `error` when none)."""
+
     run_id: str
     status: Literal["completed", "failed", "stopped"]
     outputs: dict[str, Any] = Field(default_factory=dict)
@@ -285,6 +352,17 @@ class TurnHandoff(OmitDefaults, _Model):
     format: Literal["json", "markdown"]
     headings: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _format_alone(cls, data: Any) -> Any:
+        return {"format": data} if isinstance(data, str) else data
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A handoff of nothing but its format as its format (`"json"`)."""
+        data = OmitDefaults._omit_defaults(self, handler)
+        return self.format if data == {"format": self.format} else data
+
 
 class ModelTurnInput(OmitDefaults, _Model):
     """One model call. `run_id` may be left empty: the activity takes its workflow id; so may
@@ -311,7 +389,9 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: from (None when it starts from a stored part).
     header_recipe: InputRecipe | None = None
     delta: TranscriptDelta = Field(default_factory=lambda: TranscriptDelta(base_len=0))
-    provider_id: str
+    #: "" when it is the one the header names (`AgentRequest.provider_id`): the activity
+    #: takes that one.
+    provider_id: str = ""
     profile: dict[str, Any] = Field(default_factory=dict)
     #: Run the reply's calls at once when all are reads the node lets through (see `tools`).
     eager: bool = True
@@ -425,10 +505,49 @@ class ReceiptResult(OmitDefaults, _Model):
     result: ToolBatchResult | None = None
 
 
+#: The wire each provider kind speaks unless its profile names another transport
+#: (`activities.providers.base.wire_for`): what a call to a provider of that kind asks for.
+KIND_WIRES: dict[str, str] = {
+    "openai": "responses",
+    "anthropic": "anthropic_messages",
+    "chat_completions": "chat_completions",
+    "bedrock": "bedrock_converse",
+    "scripted": "scripted",
+}
+
+
+class TurnAsked(BaseModel):
+    """What a model call asked for, as its activity and its workflow both know it: a lean
+    result (`ModelTurnResult.lean`) leaves out what of its reply is just that."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: The wire of the provider's kind (`KIND_WIRES`); "" when not known (never lean).
+    wire: str
+    #: The model the request names.
+    model: str
+    #: The transcript's length once the call's delta is stored.
+    persisted_len: int
+
+
+def turn_asked(inp: ModelTurnInput, kind: Any, model: str) -> TurnAsked:
+    """What the call `inp` to a provider of `kind` for `model` asked for."""
+    return TurnAsked(
+        wire=KIND_WIRES.get(kind, "") if isinstance(kind, str) else "",
+        model=model,
+        persisted_len=inp.delta.base_len + len(inp.delta.items),
+    )
+
+
 class ModelTurnResult(OmitDefaults, _Model):
     """A model call's outcome. Its reply's items, then the full results of the reads it ran
     (`tools`), are the transcript's lines from `persisted_len` on (`reply_key` is set only in
-    histories of workers that stored replies on their own)."""
+    histories of workers that stored replies on their own).
+
+    A lean result (`lean`) is one whose reply has no `wire`: it leaves out what the call asked
+    for (`TurnAsked`): the wire, the model when it is the one asked for, a cost of 0.0 and
+    `persisted_len`. The workflow puts them back from the call it made (`restored`).
+    """
 
     reply: ModelReply | None = None
     failure: ProviderFailure | None = None
@@ -444,6 +563,66 @@ class ModelTurnResult(OmitDefaults, _Model):
     #: The turn stored that handoff and leaves its manifest out: the workflow makes it again
     #: from the reply (`model_turn.submitted_handoff`), as the turn did.
     handoff_stored: bool = False
+    #: A lean result's reply as it travels (under `reply`), until `restored` makes it whole.
+    lean_reply: dict[str, Any] | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lean_reply(cls, data: Any) -> Any:
+        reply = data.get("reply") if isinstance(data, dict) else None
+        if isinstance(reply, dict) and "wire" not in reply:
+            data = {k: v for k, v in data.items() if k != "reply"}
+            data["lean_reply"] = reply
+        return data
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = OmitDefaults._omit_defaults(self, handler)
+        if self.lean_reply is not None and isinstance(data, dict):
+            data = {"reply": self.lean_reply, **data}
+        return data
+
+    def lean(self, asked: TurnAsked) -> ModelTurnResult:
+        """This result as history carries it: its reply without what the call asked for; the
+        result itself when its reply is not what was asked for (another wire, a transcript
+        of another length, a cost unknown)."""
+        reply = self.reply
+        usage = reply.usage if reply is not None else None
+        if (
+            reply is None
+            or not asked.wire
+            or reply.wire != asked.wire
+            or self.persisted_len != asked.persisted_len
+            or (usage is not None and usage.cost_usd is None)
+        ):
+            return self
+        data = reply.model_dump(mode="json")
+        del data["wire"]
+        if reply.model == asked.model:
+            data.pop("model", None)
+        else:
+            data["model"] = reply.model
+        cost = usage.cost_usd if usage is not None else None
+        if _zero(cost) and isinstance(data.get("usage"), dict):
+            del data["usage"]["cost_usd"]
+        return self.model_copy(update={"reply": None, "lean_reply": data, "persisted_len": None})
+
+    def restored(self, asked: TurnAsked) -> ModelTurnResult:
+        """The result whole again, its reply as the activity had it (a result that is not
+        lean, recorded by any worker, is itself)."""
+        if self.lean_reply is None:
+            return self
+        data = {"wire": asked.wire, "model": asked.model, **self.lean_reply}
+        usage = data.get("usage")
+        if isinstance(usage, dict) and "cost_usd" not in usage:
+            data["usage"] = {**usage, "cost_usd": 0.0}
+        return self.model_copy(
+            update={
+                "reply": ModelReply.model_validate(data),
+                "lean_reply": None,
+                "persisted_len": asked.persisted_len,
+            }
+        )
 
 
 class HandoffInput(_Model):
@@ -746,4 +925,9 @@ __all__ = [
     "TurnHandoff",
     "UPDATE_ACT",
     "WORKFLOW_NAME",
+    "KIND_WIRES",
+    "TurnAsked",
+    "full_workflow",
+    "lean_workflow",
+    "turn_asked",
 ]

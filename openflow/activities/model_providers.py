@@ -66,6 +66,14 @@ class ModelProviders:
         found = profiles.get(inp.provider_id)
         return dict(found) if isinstance(found, dict) else {}
 
+    def kind(self, inp: c.ModelTurnInput) -> Any:
+        """The kind of the call's provider, as the run's start told the workflow."""
+        if inp.profile:
+            return inp.profile.get("kind")
+        profiles = self.files.json_file(inp.run_id, PROFILES_KEY)
+        found = profiles.get(inp.provider_id) if isinstance(profiles, dict) else None
+        return found.get("kind") if isinstance(found, dict) else None
+
     def _provider(self, provider_id: str, profile_data: dict[str, Any]) -> Any:
         if not profile_data:
             raise ProviderError(

@@ -168,6 +168,9 @@ class ModelTurnActivity:
                 # no thread hop for what is a lock, a stat and a cached read.
                 prepared = self.prepare(inp)
             request, transcript, tools, persisted = prepared
+            if not inp.provider_id:
+                # A call to the provider its header names leaves it out.
+                inp = inp.model_copy(update={"provider_id": request.provider_id or ""})
         except KeyNotFound:
             # A stored header or item this call refers to is gone (an unsynced blob lost in a
             # machine crash): ask for the items themselves instead of calling the model.
@@ -226,13 +229,15 @@ class ModelTurnActivity:
         await heartbeating(
             asyncio.to_thread(self._append, inp.run_id, key, persisted, items, handoff)
         )
-        return c.ModelTurnResult(
+        result = c.ModelTurnResult(
             reply=reply,
             persisted_len=persisted,
             tools=reads,
             ms=latency_ms,
             handoff_stored=handoff is not None,
         )
+        # History carries the reply without what the call asked for; the workflow knows it.
+        return result.lean(c.turn_asked(inp, self.providers.kind(inp), request.model))
 
     def _append(
         self,

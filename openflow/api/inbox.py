@@ -34,6 +34,7 @@ from openflow.client import (
     SA_WORKFLOW_ID,
     SA_WORKFLOW_NAME,
     parse_state,
+    tenant_clause,
 )
 from openflow.engine import WorkflowRunState
 from openflow.engine.events import PendingToolApproval
@@ -54,7 +55,7 @@ async def inbox(runs: RunsDep, context: ContextDep) -> list[InboxItem]:
         [
             f"WorkflowType = '{_quoted(c.WORKFLOW_NAME)}'",
             "ExecutionStatus = 'Running'",
-            f"{c.SA_TENANT} = '{_quoted(runs.tenant)}'",
+            tenant_clause(runs.tenant),
             f"TaskQueue = '{_quoted(context.task_queue)}'",
         ]
     )

@@ -9,6 +9,7 @@ replays only if these calls stay as they were (`patches.on` guards each change).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -203,11 +204,13 @@ async def model_turn(
     provider_id: str,
     headers_sent: set[str],
     parts: set[str] | None = None,
+    profiles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ModelReplied | ModelFailed:
     """One model call. The request's header travels until a worker has stored it
     (`headers_sent`, kept current here); then only its digest does. The header's parts the
     run's start stored (`parts`) travel by reference even then; when the store has lost
-    what a call refers to, `parts` is emptied and headers travel whole again."""
+    what a call refers to, `parts` is emptied and headers travel whole again. `profiles`
+    (the run's, by id: their kinds) say what wire the call asks for (`contracts.TurnAsked`)."""
     request = intent.request
     header = request.model_copy(update={"turn_index": 0})
     digest = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:16]
@@ -247,7 +250,8 @@ async def model_turn(
         header_input=set_input,
         header_recipe=recipe,
         delta=intent.delta,
-        provider_id=request.provider_id or provider_id,
+        # The header names its provider, unless it is the run's.
+        provider_id="" if request.provider_id else provider_id,
         eager=bool(eager),
         purpose="review" if intent.purpose == "review" else "node",
         handoff=turn_handoff(snapshot, intent) if intent.purpose == "node" else None,
@@ -271,6 +275,8 @@ async def model_turn(
             call_id=intent.call_id, node_id=intent.node_id, failure=failure, lost=True
         )
     headers_sent.add(digest)
+    provider = (profiles or {}).get(request.provider_id or provider_id) or {}
+    result = result.restored(c.turn_asked(arg, provider.get("kind"), request.model))
     if result.reply is None:
         if result.refs_missing:
             headers_sent.discard(digest)

@@ -349,6 +349,7 @@ class OpenFlowRun:
                 self._active_provider,
                 self._headers_sent,
                 self._header_parts,
+                self._profiles,
             )
             self._spawn(intent.call_id, turn, intent.node_id)
         elif isinstance(intent, RunTools):

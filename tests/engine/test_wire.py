@@ -4,8 +4,13 @@ the same; a union's discriminator stays."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from openflow import contracts as c
+from openflow.engine.request import ModelReply, UsageReport
 from openflow.engine.spec import Workflow
 from openflow.engine.wire import without_defaults
 
@@ -43,3 +48,128 @@ def test_a_markdown_handoff_keeps_its_format() -> None:
     slim = without_defaults(wf, wf.model_dump(mode="json"))
     assert slim["nodes"][0]["agent"]["handoff"] == {"format": "markdown"}
     assert Workflow.model_validate(slim) == wf
+
+
+# --- what history carries of a run's start and of its model turns ------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPAT_DIR = ROOT / ".." / "shared" / "compat"
+WORKFLOW_FILES = sorted(COMPAT_DIR.glob("*.workflow.json")) if COMPAT_DIR.is_dir() else []
+WORKFLOW_FILES += sorted((ROOT / "examples").glob("*.workflow.json"))
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_a_start_input_reads_back_the_very_workflow_it_was_made_of(path: Path) -> None:
+    wf = Workflow.load_json(path.read_text(encoding="utf-8"))
+    start = c.RunInput(workflow=wf, entrypoint="go", workflow_stored="d")
+    back = c.RunInput.model_validate_json(start.model_dump_json())
+    assert back == start
+    # To the byte: what the client stored (and named by its digest) is what the run reads.
+    assert back.workflow.model_dump_json() == wf.model_dump_json()
+
+
+def test_a_start_input_leaves_out_what_every_node_of_a_made_workflow_says() -> None:
+    agent = {"system_prompt": "s", "task_prompt": "t", "output_schema": {}}
+    nodes = [
+        {"id": "a", "label": "a", "kind": "Agent", "position": {"x": 0, "y": 0.0}},
+        {"id": "b", "label": "B", "kind": "agent", "position": {"x": 0.0, "y": 2.5}},
+        {"id": "c", "label": "c", "kind": "agent", "position": {"x": -0.0, "y": 0}},
+        {"id": "d", "label": "d", "kind": "agent", "position": {"x": 0, "y": 0, "z": 1}},
+    ]
+    wf = Workflow.model_validate(
+        {"id": "w", "name": "w", "edges": [], "nodes": [{**n, "agent": agent} for n in nodes]}
+    )
+    data = json.loads(c.RunInput(workflow=wf).model_dump_json())
+    assert "run_id" not in data
+    nodes = {n["id"]: n for n in data["workflow"]["nodes"]}
+    assert all("kind" not in n for n in nodes.values())
+    assert "position" not in nodes["a"] and "label" not in nodes["a"]
+    assert nodes["b"]["label"] == "B" and nodes["b"]["position"] == {"x": 0.0, "y": 2.5}
+    # -0.0 and a position with more than x and y are kept as they are.
+    assert nodes["c"]["position"] == {"x": -0.0, "y": 0.0}
+    assert nodes["d"]["position"] == {"x": 0.0, "y": 0.0, "z": 1}
+    back = c.RunInput.model_validate(data).workflow
+    assert back == wf and back.model_dump_json() == wf.model_dump_json()
+
+
+def _turn(**delta: object) -> c.ModelTurnInput:
+    return c.ModelTurnInput.model_validate(
+        {"call_id": "model:a-1", "header_digest": "d", "delta": {"base_len": 3, **delta}}
+    )
+
+
+def _reply(**update: object) -> ModelReply:
+    reply = ModelReply(
+        wire="chat_completions",
+        model="m",
+        text="hi",
+        usage=UsageReport(prompt_tokens=5, completion_tokens=2, cost_usd=0.0),
+    )
+    return reply.model_copy(update=update)
+
+
+def _travelled(result: c.ModelTurnResult, asked: c.TurnAsked) -> tuple[dict[str, Any], Any]:
+    """The result as history holds it, and as the workflow reads it back."""
+    data = json.loads(result.lean(asked).model_dump_json())
+    return data, c.ModelTurnResult.model_validate(data).restored(asked)
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        {},
+        {"model": "m-2025-01-01"},
+        {"model": ""},
+        {"usage": UsageReport(prompt_tokens=5, cost_usd=0.25)},
+        {"usage": None},
+    ],
+)
+def test_a_model_turn_result_leaves_out_what_its_call_asked_for(update: dict[str, Any]) -> None:
+    asked = c.turn_asked(_turn(), "chat_completions", "m")
+    assert asked == c.TurnAsked(wire="chat_completions", model="m", persisted_len=3)
+    result = c.ModelTurnResult(reply=_reply(**update), persisted_len=3, ms=7)
+    data, back = _travelled(result, asked)
+    assert "wire" not in data["reply"] and "persisted_len" not in data
+    assert ("model" in data["reply"]) == ("model" in update)
+    assert "cost_usd" not in json.dumps(data) or "usage" in update
+    assert back == result and back.reply == result.reply
+
+
+@pytest.mark.parametrize(
+    ("kind", "update", "persisted"),
+    [
+        ("openai", {}, 3),  # another wire than the kind's own (a transport the profile names)
+        ("chat_completions", {}, 4),  # a transcript of another length than the call's
+        ("chat_completions", {"usage": UsageReport(prompt_tokens=1)}, 3),  # a cost unknown
+        (None, {}, 3),  # a provider the workflow does not know
+    ],
+)
+def test_a_model_turn_result_that_is_not_what_was_asked_travels_whole(
+    kind: str | None, update: dict[str, Any], persisted: int
+) -> None:
+    asked = c.turn_asked(_turn(), kind, "m")
+    result = c.ModelTurnResult(reply=_reply(**update), persisted_len=persisted)
+    data, back = _travelled(result, asked)
+    assert data["reply"]["wire"] == "chat_completions" and data["persisted_len"] == persisted
+    assert back == result
+
+
+def test_a_result_recorded_before_lean_results_reads_back_as_it_was() -> None:
+    old = {
+        "reply": {"wire": "scripted", "model": "m", "usage": {"prompt_tokens": 1, "cost_usd": 0.0}},
+        "persisted_len": 0,
+        "handoff_stored": True,
+    }
+    asked = c.TurnAsked(wire="scripted", model="other", persisted_len=9)
+    back = c.ModelTurnResult.model_validate(old).restored(asked)
+    assert back.reply is not None and back.reply.model == "m" and back.persisted_len == 0
+    assert back.reply.usage is not None and back.reply.usage.cost_usd == 0.0
+
+
+def test_a_json_handoff_travels_as_its_format() -> None:
+    call = _turn().model_copy(update={"handoff": c.TurnHandoff(format="json")})
+    data = json.loads(call.model_dump_json())
+    assert data["handoff"] == "json" and "provider_id" not in data
+    assert c.ModelTurnInput.model_validate(data) == call
+    markdown = c.TurnHandoff(format="markdown", headings=["## Plan"])
+    assert c.TurnHandoff.model_validate_json(markdown.model_dump_json()) == markdown

@@ -7,7 +7,8 @@ import asyncio
 from temporalio import activity
 from temporalio.testing import ActivityEnvironment
 
-from openflow.activities.heartbeat import heartbeating
+from openflow.activities.heartbeat import HEARTBEAT_FIRST_S, heartbeating
+from openflow.workflows.calls import HEARTBEAT_TIMEOUT
 
 
 async def test_a_long_call_beats_and_an_inner_heartbeating_adds_no_beats() -> None:
@@ -40,3 +41,24 @@ async def test_a_short_call_sends_no_heartbeat_and_outside_an_activity_it_only_a
     assert await env.run(short) == "done"
     assert beats == []
     assert await heartbeating(asyncio.sleep(0, result=1)) == 1
+
+
+async def test_a_long_call_keeps_a_beat_recorded_for_every_send_the_sdk_makes() -> None:
+    """The SDK sends the first beat at once, then the newest one recorded every 0.8 of the
+    heartbeat timeout: beats at that interval's half or less leave none of its sends
+    without a beat, so the server sees a beat as often as the SDK allows."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    beats: list[float] = []
+
+    @activity.defn(name="long")
+    async def long() -> str:
+        return await heartbeating(asyncio.sleep(2.2, result="done"))
+
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(loop.time() - began)
+    assert await env.run(long) == "done"
+    throttle_s = 0.8 * HEARTBEAT_TIMEOUT.total_seconds()
+    assert len(beats) >= 2
+    assert HEARTBEAT_FIRST_S - 0.05 <= beats[0] < HEARTBEAT_TIMEOUT.total_seconds() / 2
+    assert all(0 < b - a <= throttle_s / 2 for a, b in zip(beats, beats[1:], strict=False))

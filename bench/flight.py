@@ -48,6 +48,8 @@ _SHORT = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: "scheduled",
     EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED: "started",
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "completed",
+    # A heartbeat (or start-to-close) timeout: the turn was lost and goes again.
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "TIMED OUT",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "run completed",
 }
 
@@ -79,6 +81,9 @@ async def timeline(client: Client, run_id: str) -> Timeline:
             short = f"{kinds[e.activity_task_started_event_attributes.scheduled_event_id]} {short}"
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             sched = e.activity_task_completed_event_attributes.scheduled_event_id
+            short = f"{kinds[sched]} {short}"
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+            sched = e.activity_task_timed_out_event_attributes.scheduled_event_id
             short = f"{kinds[sched]} {short}"
         seen[short] = seen.get(short, 0) + 1
         label = f"{short} #{seen[short]}" if short.startswith("wft") else short
@@ -163,7 +168,8 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-async def batch(bench: Bench, side: str, n: int, delay_s: float) -> None:
+async def batch(bench: Bench, side: str, n: int, delay_s: float) -> float:
+    """Run the batch on `side`, print its timeline; its wall time."""
     ours = side != "bare"
 
     async def work(
@@ -211,6 +217,7 @@ async def batch(bench: Bench, side: str, n: int, delay_s: float) -> None:
         print("  the server's requests (service:) and database operations a run:")
         for k in sorted(ops, key=lambda k: -ops[k])[:24]:
             print(f"    {k:56s} {ops[k] / n:7.2f}")
+    return elapsed
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -251,9 +258,19 @@ async def main_async(args: argparse.Namespace) -> None:
             if round_no % 2:
                 sides.reverse()
             base = dict(bench.extra_env)
+            walls: dict[str, float] = {}
             for side in sides:
                 bench.extra_env = base | variants.get(side, {})
-                await batch(bench, side, args.runs, args.delay)
+                walls[side] = await batch(bench, side, args.runs, args.delay)
+            bench.extra_env = base
+            if "bare" in walls:
+                # The goal's figure: each side's wall time against bare's, this round.
+                print(
+                    f"\n== round {round_no + 1}: wall against bare's: "
+                    + ", ".join(
+                        f"{s} {w / walls['bare']:.2f}x" for s, w in walls.items() if s != "bare"
+                    )
+                )
 
 
 def main(argv: list[str] | None = None) -> int:

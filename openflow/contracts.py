@@ -209,9 +209,10 @@ def full_workflow(data: Any) -> Any:
 
 
 class RunResult(OmitDefaults, _Model):
-    """How a run ended (no `error` when none)."""
+    """How a run ended (no `error` when none). `run_id` is left out ("") when it is the
+    run's workflow id, as it is for every run but one resumed under another id."""
 
-    run_id: str
+    run_id: str = ""
     status: Literal["completed", "failed", "stopped"]
     outputs: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
@@ -402,6 +403,15 @@ class ModelTurnInput(OmitDefaults, _Model):
     #: The node's handoff: a reply that submits a valid output stores it in the same turn.
     handoff: TurnHandoff | None = None
 
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The review's call leaves out that it runs no reads at once: a review never does
+        (the activity reads `eager` only for a node's turn)."""
+        data = OmitDefaults._omit_defaults(self, handler)
+        if isinstance(data, dict) and self.purpose == "review" and not self.eager:
+            data.pop("eager", None)
+        return data
+
     @field_serializer("header", "header_rest", mode="wrap")
     def _header(self, value: AgentRequest | None, handler: SerializerFunctionWrapHandler) -> Any:
         """The header without its fields at their defaults (they read back as them)."""
@@ -561,7 +571,8 @@ class ModelTurnResult(OmitDefaults, _Model):
     #: The manifest of the handoff the turn stored for the output its reply submitted.
     handoff: dict[str, Any] | None = None
     #: The turn stored that handoff and leaves its manifest out: the workflow makes it again
-    #: from the reply (`model_turn.submitted_handoff`), as the turn did.
+    #: from the reply (`model_turn.submitted_handoff`), as the turn did. Results since
+    #: `lean-turn-results` leave it out too: the reply says whether the turn stored one.
     handoff_stored: bool = False
     #: A lean result's reply as it travels (under `reply`), until `restored` makes it whole.
     lean_reply: dict[str, Any] | None = Field(default=None, exclude=True)

@@ -65,6 +65,9 @@ HANDOFF_IN_TURN = "handoff-in-turn"
 #: A run's start prepares in a local activity (`prepare_run`); runs recorded before ran it as
 #: an activity of its own, one workflow task before the first model call.
 PREPARE_LOCAL = "prepare-local"
+#: A model turn's result leaves out `handoff_stored`: the workflow works it out from the reply
+#: (`submitted_handoff`, as the turn did); runs recorded before read it from the result.
+LEAN_TURN_RESULTS = "lean-turn-results"
 
 
 def finished(
@@ -328,8 +331,12 @@ def _stored_handoff(
     as the turn made it (a turn that stored one leaves the manifest out)."""
     if arg.handoff is None:
         return None
-    if result.handoff is not None or not result.handoff_stored or result.reply is None:
+    if result.handoff is not None or result.reply is None:
         return result.handoff
+    # A turn of this worker leaves `handoff_stored` out: what it stored is what its reply
+    # submits. Runs recorded before read it from the result, as they did.
+    if not result.handoff_stored and not patches.on(LEAN_TURN_RESULTS):
+        return None
     file = submitted_handoff(arg, request, result.reply)
     return None if file is None else file.manifest
 

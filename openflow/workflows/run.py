@@ -462,8 +462,10 @@ class OpenFlowRun:
         assert self._snapshot is not None
         status = self._snapshot.status
         outputs = {n: ns.output for n, ns in sorted(self._snapshot.nodes.items()) if ns.has_output}
+        run_id = self._snapshot.run_id
         return c.RunResult(
-            run_id=self._snapshot.run_id,
+            # The workflow id says it (history need not): a reader of a result takes it there.
+            run_id="" if run_id == workflow.info().workflow_id else run_id,
             status=status if status in ("completed", "failed", "stopped") else "failed",
             outputs=outputs,
             error=self._snapshot.terminal_error,

@@ -110,6 +110,7 @@ def test_every_patch_the_workflow_asks_is_covered_by_the_epoch() -> None:
         calls.TOOL_POOL,
         calls.HANDOFF_IN_TURN,
         calls.PREPARE_LOCAL,
+        calls.LEAN_TURN_RESULTS,
         handlers.REQUIRED_FIELDS_PATCH,
         notices.WEBHOOKS,
     }

@@ -26,6 +26,7 @@ from pydantic import (
 
 from openflow.engine.events import EditBatch
 from openflow.engine.headers import HeaderRefs
+from openflow.engine.policy import HARNESS_SUBMIT
 from openflow.engine.recipes import InputRecipe
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, CostUsd, TokenCount, Workflow
@@ -247,7 +248,9 @@ class PrepareResult(OmitDefaults, _Model):
 
     workflow: Workflow | None = None
     profiles: dict[str, dict[str, Any]]
-    active_provider: str
+    #: None (left out) when it is the one profile of `profiles` (`provider`): results
+    #: recorded before always name it.
+    active_provider: str | None = None
     #: Sorted; in JSON a known set of them travels as its name (`TOOL_SETS`).
     tool_names: list[str]
     #: "" when it is the run's project folder (`PrepareInput.project_dir`).
@@ -268,6 +271,13 @@ class PrepareResult(OmitDefaults, _Model):
     #: The stored workflow the input named is missing or not the one named: the run's start
     #: is asked again with the workflow itself (nothing else in this result is filled in).
     workflow_missing: bool = False
+
+    @property
+    def provider(self) -> str:
+        """The run's provider: `active_provider`, or the one profile when it is left out."""
+        if self.active_provider is None and len(self.profiles) == 1:
+            return next(iter(self.profiles))
+        return self.active_provider or ""
 
     @field_serializer("tool_names")
     def _tool_names(self, names: list[str]) -> list[str]:
@@ -556,7 +566,9 @@ class ModelTurnResult(OmitDefaults, _Model):
 
     A lean result (`lean`) is one whose reply has no `wire`: it leaves out what the call asked
     for (`TurnAsked`): the wire, the model when it is the one asked for, a cost of 0.0 and
-    `persisted_len`. The workflow puts them back from the call it made (`restored`).
+    `persisted_len`, and the name of each call of the submit tool (`HARNESS_SUBMIT`; a call
+    of a lean reply without a name is one). The workflow puts them back from the call it made
+    (`restored`).
     """
 
     reply: ModelReply | None = None
@@ -616,6 +628,15 @@ class ModelTurnResult(OmitDefaults, _Model):
         cost = usage.cost_usd if usage is not None else None
         if _zero(cost) and isinstance(data.get("usage"), dict):
             del data["usage"]["cost_usd"]
+        calls = data.get("tool_calls")
+        if isinstance(calls, list):
+            # The submit tool, which ends most nodes' turns, goes without its name.
+            data["tool_calls"] = [
+                {k: v for k, v in call.items() if k != "name"}
+                if isinstance(call, dict) and call.get("name") == HARNESS_SUBMIT
+                else call
+                for call in calls
+            ]
         return self.model_copy(update={"reply": None, "lean_reply": data, "persisted_len": None})
 
     def restored(self, asked: TurnAsked) -> ModelTurnResult:
@@ -627,6 +648,14 @@ class ModelTurnResult(OmitDefaults, _Model):
         usage = data.get("usage")
         if isinstance(usage, dict) and "cost_usd" not in usage:
             data["usage"] = {**usage, "cost_usd": 0.0}
+        calls = data.get("tool_calls")
+        if isinstance(calls, list):
+            data["tool_calls"] = [
+                {**call, "name": HARNESS_SUBMIT}
+                if isinstance(call, dict) and "name" not in call
+                else call
+                for call in calls
+            ]
         return self.model_copy(
             update={
                 "reply": ModelReply.model_validate(data),

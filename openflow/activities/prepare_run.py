@@ -181,7 +181,8 @@ class PrepareRunActivity:
             # The workflow goes back only when the start changed more than its provider.
             workflow=None if c.settled_workflow(_workflow(inp), active) == wf else wf,
             profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
-            active_provider=active,
+            # The one profile needs no name: the workflow's stub fills it in (`provider`).
+            active_provider=None if list(profiles) == [active] else active,
             tool_names=tool_names,
             # The run's project, when it works there: the workflow knows it.
             execution_dir="" if execution_dir == inp.project_dir else execution_dir,

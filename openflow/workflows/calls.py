@@ -96,9 +96,9 @@ def finished(
 
 
 async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
-    """The run's start, its workflow and folder always filled in (a result leaves out the
-    workflow when it is the run's own with its provider settled, and the folder when it is the
-    run's project). A start that cannot be made raises an `ActivityError`, or from a local
+    """The run's start, its workflow, provider and folder always filled in (a result leaves
+    out the workflow when it is the run's own with its provider settled, the provider when it
+    is the one profile, and the folder when it is the run's project). A start that cannot be made raises an `ActivityError`, or from a local
     activity the `ApplicationError` itself.
 
     New runs prepare in a local activity: the first workflow task runs it on its own worker
@@ -108,8 +108,11 @@ async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
     local = patches.on(PREPARE_LOCAL)
     result = await _prepare_run(inp, local)
     update: dict[str, Any] = {}
+    if result.active_provider is None:
+        # Left out when it is the one profile (results before always named it).
+        update["active_provider"] = result.provider
     if result.workflow is None:
-        update["workflow"] = c.settled_workflow(inp.workflow, result.active_provider)
+        update["workflow"] = c.settled_workflow(inp.workflow, result.provider)
     if not result.execution_dir:
         # Left out when the run works in its project (results before always named it).
         update["execution_dir"] = inp.project_dir or ""

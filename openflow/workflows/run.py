@@ -204,12 +204,12 @@ class OpenFlowRun:
                 self._spans.end("failed", self._now())
                 return self._result()
             self._profiles = prepared.profiles
-            self._active_provider = prepared.active_provider
+            self._active_provider = prepared.provider
             self._webhooks = prepared.webhooks
             self._execution_dir = prepared.execution_dir
             assert prepared.workflow is not None  # calls.prepare_run fills it in
             plan = engine.start(
-                shared_settled(prepared.workflow, inp, prepared.active_provider),
+                shared_settled(prepared.workflow, inp, prepared.provider),
                 inp.run_id,
                 now,
                 entrypoint_text=inp.entrypoint,

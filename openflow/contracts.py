@@ -247,14 +247,19 @@ class PrepareResult(OmitDefaults, _Model):
     """
 
     workflow: Workflow | None = None
+    #: Each profile's kind (`{"kind": ...}`); in JSON a profile whose kind is its id is `{}`.
     profiles: dict[str, dict[str, Any]]
     #: None (left out) when it is the one profile of `profiles` (`provider`): results
     #: recorded before always name it.
     active_provider: str | None = None
     #: Sorted; in JSON a known set of them travels as its name (`TOOL_SETS`).
     tool_names: list[str]
-    #: "" when it is the run's project folder (`PrepareInput.project_dir`).
-    execution_dir: str
+    #: "" when it is the run's project folder (`PrepareInput.project_dir`) or `run_folder`
+    #: names it.
+    execution_dir: str = ""
+    #: The run's own folder as the run store makes every run's, the run's id as `*`
+    #: (`<home>/runs/*/workspace`, `<workspaces>/*`): `execution_dir` is it with the run's id.
+    run_folder: str = ""
     #: MCP tools whose server is marked `read`: approval treats their calls as reads.
     read_tools: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
@@ -271,6 +276,25 @@ class PrepareResult(OmitDefaults, _Model):
     #: The stored workflow the input named is missing or not the one named: the run's start
     #: is asked again with the workflow itself (nothing else in this result is filled in).
     workflow_missing: bool = False
+
+    @field_serializer("profiles")
+    def _profiles(self, profiles: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """A profile whose kind is its id as `{}` (results before always name the kind)."""
+        return {pid: {} if data == {"kind": pid} else data for pid, data in profiles.items()}
+
+    @field_validator("profiles", mode="before")
+    @classmethod
+    def _profile_kinds(cls, profiles: Any) -> Any:
+        if not isinstance(profiles, dict):
+            return profiles
+        return {pid: data or {"kind": pid} for pid, data in profiles.items()}
+
+    def folder(self, run_id: str) -> str:
+        """The run's execution folder ("" for its project): `execution_dir`, or `run_folder`
+        with the run's id."""
+        if self.run_folder:
+            return self.run_folder.replace("*", run_id, 1)
+        return self.execution_dir
 
     @property
     def provider(self) -> str:

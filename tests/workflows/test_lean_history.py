@@ -108,7 +108,7 @@ async def test_a_store_that_lost_the_parts_gets_the_header_inline(
 
 
 #: What a typical run's history may weigh against bare Temporal's with the same activities.
-MAX_RATIO = 2.2
+MAX_RATIO = 2.1
 
 
 async def test_a_typical_runs_history_is_near_a_bare_workflows(

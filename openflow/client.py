@@ -182,9 +182,9 @@ def _store_failure(exc: BaseException) -> bool:
 
 def start_attributes(workflow: Workflow, tenant: str) -> TypedSearchAttributes:
     """The search attributes a run starts with. A deployment without tenants sets none: a
-    run without `OpenFlowTenant` is one of tenant "" (`tenant_clause`)."""
+    run without `OpenFlowTenant` is one of tenant "" (`tenant_clause`). Nor is its status
+    set: a run without `OpenFlowStatus` is running (`status_clause`) until it upserts one."""
     pairs: list[SearchAttributePair[Any]] = [
-        SearchAttributePair(SA_STATUS, "running"),
         SearchAttributePair(SA_WORKFLOW_ID, workflow.id),
         SearchAttributePair(SA_WORKFLOW_NAME, workflow.name),
         SearchAttributePair(SA_AWAITING, []),
@@ -192,6 +192,14 @@ def start_attributes(workflow: Workflow, tenant: str) -> TypedSearchAttributes:
     if tenant:
         pairs.append(SearchAttributePair(SA_TENANT, tenant))
     return TypedSearchAttributes(pairs)
+
+
+def status_clause(status: str) -> str:
+    """The visibility query's clause for runs of a status ("running": runs started without
+    the attribute too, as runs start now, and those started with it)."""
+    if status == "running":
+        return f"({c.SA_STATUS} = 'running' OR {c.SA_STATUS} IS NULL)"
+    return f"{c.SA_STATUS} = '{_q(status)}'"
 
 
 def tenant_clause(tenant: str) -> str:
@@ -433,7 +441,7 @@ class Runs:
         """Runs from Temporal's visibility, newest first."""
         clauses = [f"WorkflowType = '{c.WORKFLOW_NAME}'", tenant_clause(self.tenant)]
         if status:
-            clauses.append(f"{c.SA_STATUS} = '{_q(status)}'")
+            clauses.append(status_clause(status))
         if workflow_id:
             clauses.append(f"{c.SA_WORKFLOW_ID} = '{_q(workflow_id)}'")
         query = " AND ".join(clauses)
@@ -690,6 +698,7 @@ __all__ = [
     "parse_events",
     "parse_state",
     "start_attributes",
+    "status_clause",
     "state_json",
     "tenant_clause",
 ]

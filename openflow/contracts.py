@@ -26,6 +26,7 @@ from pydantic import (
 
 from openflow.engine.events import EditBatch
 from openflow.engine.headers import HeaderRefs
+from openflow.engine.policy import HARNESS_SUBMIT
 from openflow.engine.recipes import InputRecipe
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, CostUsd, TokenCount, Workflow
@@ -209,9 +210,10 @@ def full_workflow(data: Any) -> Any:
 
 
 class RunResult(OmitDefaults, _Model):
-    """How a run ended (no `error` when none)."""
+    """How a run ended (no `error` when none). `run_id` is left out ("") when it is the
+    run's workflow id, as it is for every run but one resumed under another id."""
 
-    run_id: str
+    run_id: str = ""
     status: Literal["completed", "failed", "stopped"]
     outputs: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
@@ -245,12 +247,19 @@ class PrepareResult(OmitDefaults, _Model):
     """
 
     workflow: Workflow | None = None
+    #: Each profile's kind (`{"kind": ...}`); in JSON a profile whose kind is its id is `{}`.
     profiles: dict[str, dict[str, Any]]
-    active_provider: str
+    #: None (left out) when it is the one profile of `profiles` (`provider`): results
+    #: recorded before always name it.
+    active_provider: str | None = None
     #: Sorted; in JSON a known set of them travels as its name (`TOOL_SETS`).
     tool_names: list[str]
-    #: "" when it is the run's project folder (`PrepareInput.project_dir`).
-    execution_dir: str
+    #: "" when it is the run's project folder (`PrepareInput.project_dir`) or `run_folder`
+    #: names it.
+    execution_dir: str = ""
+    #: The run's own folder as the run store makes every run's, the run's id as `*`
+    #: (`<home>/runs/*/workspace`, `<workspaces>/*`): `execution_dir` is it with the run's id.
+    run_folder: str = ""
     #: MCP tools whose server is marked `read`: approval treats their calls as reads.
     read_tools: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
@@ -267,6 +276,32 @@ class PrepareResult(OmitDefaults, _Model):
     #: The stored workflow the input named is missing or not the one named: the run's start
     #: is asked again with the workflow itself (nothing else in this result is filled in).
     workflow_missing: bool = False
+
+    @field_serializer("profiles")
+    def _profiles(self, profiles: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """A profile whose kind is its id as `{}` (results before always name the kind)."""
+        return {pid: {} if data == {"kind": pid} else data for pid, data in profiles.items()}
+
+    @field_validator("profiles", mode="before")
+    @classmethod
+    def _profile_kinds(cls, profiles: Any) -> Any:
+        if not isinstance(profiles, dict):
+            return profiles
+        return {pid: data or {"kind": pid} for pid, data in profiles.items()}
+
+    def folder(self, run_id: str) -> str:
+        """The run's execution folder ("" for its project): `execution_dir`, or `run_folder`
+        with the run's id."""
+        if self.run_folder:
+            return self.run_folder.replace("*", run_id, 1)
+        return self.execution_dir
+
+    @property
+    def provider(self) -> str:
+        """The run's provider: `active_provider`, or the one profile when it is left out."""
+        if self.active_provider is None and len(self.profiles) == 1:
+            return next(iter(self.profiles))
+        return self.active_provider or ""
 
     @field_serializer("tool_names")
     def _tool_names(self, names: list[str]) -> list[str]:
@@ -401,6 +436,15 @@ class ModelTurnInput(OmitDefaults, _Model):
     purpose: Literal["node", "review"] = "node"
     #: The node's handoff: a reply that submits a valid output stores it in the same turn.
     handoff: TurnHandoff | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The review's call leaves out that it runs no reads at once: a review never does
+        (the activity reads `eager` only for a node's turn)."""
+        data = OmitDefaults._omit_defaults(self, handler)
+        if isinstance(data, dict) and self.purpose == "review" and not self.eager:
+            data.pop("eager", None)
+        return data
 
     @field_serializer("header", "header_rest", mode="wrap")
     def _header(self, value: AgentRequest | None, handler: SerializerFunctionWrapHandler) -> Any:
@@ -546,7 +590,9 @@ class ModelTurnResult(OmitDefaults, _Model):
 
     A lean result (`lean`) is one whose reply has no `wire`: it leaves out what the call asked
     for (`TurnAsked`): the wire, the model when it is the one asked for, a cost of 0.0 and
-    `persisted_len`. The workflow puts them back from the call it made (`restored`).
+    `persisted_len`, and the name of each call of the submit tool (`HARNESS_SUBMIT`; a call
+    of a lean reply without a name is one). The workflow puts them back from the call it made
+    (`restored`).
     """
 
     reply: ModelReply | None = None
@@ -561,7 +607,8 @@ class ModelTurnResult(OmitDefaults, _Model):
     #: The manifest of the handoff the turn stored for the output its reply submitted.
     handoff: dict[str, Any] | None = None
     #: The turn stored that handoff and leaves its manifest out: the workflow makes it again
-    #: from the reply (`model_turn.submitted_handoff`), as the turn did.
+    #: from the reply (`model_turn.submitted_handoff`), as the turn did. Results since
+    #: `lean-turn-results` leave it out too: the reply says whether the turn stored one.
     handoff_stored: bool = False
     #: A lean result's reply as it travels (under `reply`), until `restored` makes it whole.
     lean_reply: dict[str, Any] | None = Field(default=None, exclude=True)
@@ -605,6 +652,15 @@ class ModelTurnResult(OmitDefaults, _Model):
         cost = usage.cost_usd if usage is not None else None
         if _zero(cost) and isinstance(data.get("usage"), dict):
             del data["usage"]["cost_usd"]
+        calls = data.get("tool_calls")
+        if isinstance(calls, list):
+            # The submit tool, which ends most nodes' turns, goes without its name.
+            data["tool_calls"] = [
+                {k: v for k, v in call.items() if k != "name"}
+                if isinstance(call, dict) and call.get("name") == HARNESS_SUBMIT
+                else call
+                for call in calls
+            ]
         return self.model_copy(update={"reply": None, "lean_reply": data, "persisted_len": None})
 
     def restored(self, asked: TurnAsked) -> ModelTurnResult:
@@ -616,6 +672,14 @@ class ModelTurnResult(OmitDefaults, _Model):
         usage = data.get("usage")
         if isinstance(usage, dict) and "cost_usd" not in usage:
             data["usage"] = {**usage, "cost_usd": 0.0}
+        calls = data.get("tool_calls")
+        if isinstance(calls, list):
+            data["tool_calls"] = [
+                {**call, "name": HARNESS_SUBMIT}
+                if isinstance(call, dict) and "name" not in call
+                else call
+                for call in calls
+            ]
         return self.model_copy(
             update={
                 "reply": ModelReply.model_validate(data),

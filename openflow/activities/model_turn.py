@@ -234,7 +234,8 @@ class ModelTurnActivity:
             persisted_len=persisted,
             tools=reads,
             ms=latency_ms,
-            handoff_stored=handoff is not None,
+            # Not `handoff_stored`: the workflow works out from the reply what was stored
+            # (`submitted_handoff`, as here), so history need not say it.
         )
         # History carries the reply without what the call asked for; the workflow knows it.
         return result.lean(c.turn_asked(inp, self.providers.kind(inp), request.model))
@@ -404,7 +405,9 @@ class ModelTurnActivity:
         these calls planned from this reply; reads run twice change nothing when it does not.
         """
         calls = reply.tool_calls
-        allowed = EAGER_TOOLS.intersection(request.tool_names) if inp.eager else set()
+        # The review never runs reads at once (its call leaves `eager` out).
+        eager = inp.eager and turn_purpose(inp) == "node"
+        allowed = EAGER_TOOLS.intersection(request.tool_names) if eager else set()
         if not calls or not all(
             call.name in allowed and call.arguments is not None for call in calls
         ):

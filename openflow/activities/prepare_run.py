@@ -9,7 +9,7 @@ import asyncio
 import hashlib
 import importlib
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from temporalio import activity
@@ -181,10 +181,12 @@ class PrepareRunActivity:
             # The workflow goes back only when the start changed more than its provider.
             workflow=None if c.settled_workflow(_workflow(inp), active) == wf else wf,
             profiles={pid: {"kind": data.get("kind")} for pid, data in profiles.items()},
-            active_provider=active,
+            # The one profile needs no name: the workflow's stub fills it in (`provider`).
+            active_provider=None if list(profiles) == [active] else active,
             tool_names=tool_names,
-            # The run's project, when it works there: the workflow knows it.
-            execution_dir="" if execution_dir == inp.project_dir else execution_dir,
+            # The run's project, when it works there: the workflow knows it; the run's own
+            # folder without the run's id, which the workflow knows too.
+            **_folder(inp, execution_dir),
             warnings=warnings,
             agents=agents,
             read_tools=read_tools,
@@ -475,3 +477,27 @@ def _workflow(inp: c.PrepareInput) -> Workflow:
 
 
 __all__ = ["PrepareRunActivity", "raise_app", "stored_parts"]
+
+
+def _folder(inp: c.PrepareInput, execution_dir: str) -> dict[str, str]:
+    """How a start's result names the run's folder: not at all when it is the run's project,
+    as `run_folder` when it is a folder of the run's own named by its id (`<root>/<run_id>`
+    or `<root>/<run_id>/workspace`), else as it is."""
+    if execution_dir == inp.project_dir:
+        return {"execution_dir": ""}
+    parts = PurePosixPath(execution_dir).parts
+    if (
+        "*" not in execution_dir
+        and parts.count(inp.run_id) == 1
+        and parts[-1]
+        in (
+            inp.run_id,
+            "workspace",
+        )
+    ):
+        at = parts.index(inp.run_id)
+        if at >= len(parts) - 2:
+            pattern = str(PurePosixPath(*parts[:at], "*", *parts[at + 1 :]))
+            if pattern.replace("*", inp.run_id, 1) == execution_dir:
+                return {"run_folder": pattern}
+    return {"execution_dir": execution_dir}

@@ -56,13 +56,16 @@ class InputRef(OmitDefaults, BaseModel):
 
 class InputRecipe(OmitDefaults, BaseModel):
     """How a call's input is made: from the stored part `base` (or, when empty, the input the
-    call carries), with `patch` applied (`apply`), then each reference's value put in."""
+    call carries), with `patch` applied (`apply`), then each reference's value put in, then
+    the output of each evidence node `outputs` names, from its JSON handoff file (a node's
+    name costs less than its reference, or than a small output itself)."""
 
     model_config = ConfigDict(frozen=True)
 
     base: str = ""
     patch: dict[str, Any] | None = None
     refs: tuple[InputRef, ...] = ()
+    outputs: tuple[str, ...] = ()
 
 
 # --- what differs from a foretold input ------------------------------------------------
@@ -163,17 +166,28 @@ def _upstream_ref(at: Path, entry: Any) -> InputRef | None:
     return InputRef(at=(*at, "handoff"), node=node, take="manifest", format=fmt)
 
 
+def _stored_output(snapshot: RunSnapshot, node: Any) -> bool:
+    """Whether an evidence node's output is what its JSON handoff file holds."""
+    if not isinstance(node, dict) or not isinstance(node.get("id"), str):
+        return False
+    ns = snapshot.nodes.get(node["id"])
+    if ns is None or not ns.has_output or (ns.handoff or {}).get("format") != "json":
+        return False
+    return bool(node.get("output") == ns.output)
+
+
 def _output_ref(at: Path, snapshot: RunSnapshot, node: Any) -> InputRef | None:
     """The reference to an evidence node's output, when its JSON handoff gives it and it is
     worth one."""
-    if not isinstance(node, dict) or not isinstance(node.get("id"), str):
-        return None
-    ns = snapshot.nodes.get(node["id"])
-    if ns is None or not ns.has_output or (ns.handoff or {}).get("format") != "json":
-        return None
-    if node.get("output") != ns.output or len(_text(node.get("output"))) < MIN_REF_BYTES:
+    if not _stored_output(snapshot, node) or len(_text(node.get("output"))) < MIN_REF_BYTES:
         return None
     return InputRef(at=(*at, "output"), node=node["id"], take="output")
+
+
+def _evidence_nodes(header_input: Mapping[str, Any]) -> list[Any]:
+    evidence = header_input.get("runEvidence")
+    nodes = evidence.get("nodes") if isinstance(evidence, dict) else None
+    return nodes if isinstance(nodes, list) else []
 
 
 def _refs(snapshot: RunSnapshot, header_input: Mapping[str, Any]) -> list[InputRef]:
@@ -183,13 +197,28 @@ def _refs(snapshot: RunSnapshot, header_input: Mapping[str, Any]) -> list[InputR
         ref = _upstream_ref(("upstream", i), entry)
         if ref is not None:
             refs.append(ref)
-    evidence = header_input.get("runEvidence")
-    nodes = evidence.get("nodes") if isinstance(evidence, dict) else None
-    for i, node in enumerate(nodes if isinstance(nodes, list) else []):
+    for i, node in enumerate(_evidence_nodes(header_input)):
         ref = _output_ref(("runEvidence", "nodes", i), snapshot, node)
         if ref is not None:
             refs.append(ref)
     return refs
+
+
+def _named_outputs(
+    snapshot: RunSnapshot, header_input: Mapping[str, Any], refs: list[InputRef]
+) -> list[tuple[int, str]]:
+    """The evidence nodes (place, id) whose output their JSON handoff file holds and no
+    reference gives: each named once (a name that is not one node's is not named)."""
+    nodes = _evidence_nodes(header_input)
+    taken = {ref.at for ref in refs}
+    ids = [node.get("id") if isinstance(node, dict) else None for node in nodes]
+    return [
+        (i, node["id"])
+        for i, node in enumerate(nodes)
+        if ("runEvidence", "nodes", i, "output") not in taken
+        and _stored_output(snapshot, node)
+        and ids.count(node["id"]) == 1
+    ]
 
 
 def _put(value: Any, at: Path, item: Any) -> Any:
@@ -222,7 +251,15 @@ def input_recipe(
     base = foretold(template)
     digest = _digest(base) if base is not None else ""
     if base is not None and digest in parts:
-        recipe = InputRecipe(base=digest, patch=diff(base, template), refs=tuple(refs))
+        named = _named_outputs(snapshot, header_input, refs)
+        for i, _ in named:
+            template = _put(template, ("runEvidence", "nodes", i, "output"), None)
+        recipe = InputRecipe(
+            base=digest,
+            patch=diff(base, template),
+            refs=tuple(refs),
+            outputs=tuple(node for _, node in named),
+        )
         return None, recipe
     if not refs:
         return header_input, None
@@ -259,6 +296,12 @@ def resolve(
         elif ref.take == "entry":
             item = {"node_id": ref.node, "output": json.loads(data), "handoff": manifest}
         value = _put(value, ref.at, item)
+    if recipe.outputs:
+        nodes = _evidence_nodes(value) if isinstance(value, dict) else []
+        places = {node.get("id"): i for i, node in enumerate(nodes) if isinstance(node, dict)}
+        for node_id in recipe.outputs:
+            at = ("runEvidence", "nodes", places[node_id], "output")
+            value = _put(value, at, json.loads(files[handoff_key(node_id, "json")]))
     if value is not None and not isinstance(value, dict):
         raise TypeError("a recipe makes an object")
     return value
@@ -266,7 +309,9 @@ def resolve(
 
 def recipe_keys(recipe: InputRecipe) -> list[str]:
     """The handoff files a recipe reads, each once, in order."""
-    return list(dict.fromkeys(ref.key for ref in recipe.refs))
+    keys = [ref.key for ref in recipe.refs]
+    keys += [handoff_key(node_id, "json") for node_id in recipe.outputs]
+    return list(dict.fromkeys(keys))
 
 
 __all__ = [

@@ -65,6 +65,9 @@ HANDOFF_IN_TURN = "handoff-in-turn"
 #: A run's start prepares in a local activity (`prepare_run`); runs recorded before ran it as
 #: an activity of its own, one workflow task before the first model call.
 PREPARE_LOCAL = "prepare-local"
+#: A model turn's result leaves out `handoff_stored`: the workflow works it out from the reply
+#: (`submitted_handoff`, as the turn did); runs recorded before read it from the result.
+LEAN_TURN_RESULTS = "lean-turn-results"
 
 
 def finished(
@@ -93,9 +96,9 @@ def finished(
 
 
 async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
-    """The run's start, its workflow and folder always filled in (a result leaves out the
-    workflow when it is the run's own with its provider settled, and the folder when it is the
-    run's project). A start that cannot be made raises an `ActivityError`, or from a local
+    """The run's start, its workflow, provider and folder always filled in (a result leaves
+    out the workflow when it is the run's own with its provider settled, the provider when it
+    is the one profile, and the folder when it is the run's project). A start that cannot be made raises an `ActivityError`, or from a local
     activity the `ApplicationError` itself.
 
     New runs prepare in a local activity: the first workflow task runs it on its own worker
@@ -105,9 +108,16 @@ async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
     local = patches.on(PREPARE_LOCAL)
     result = await _prepare_run(inp, local)
     update: dict[str, Any] = {}
+    if result.active_provider is None:
+        # Left out when it is the one profile (results before always named it).
+        update["active_provider"] = result.provider
     if result.workflow is None:
-        update["workflow"] = c.settled_workflow(inp.workflow, result.active_provider)
-    if not result.execution_dir:
+        update["workflow"] = c.settled_workflow(inp.workflow, result.provider)
+    if result.run_folder:
+        # The store's own folder for the run, named without the run's id.
+        update["execution_dir"] = result.folder(inp.run_id)
+        update["run_folder"] = ""
+    elif not result.execution_dir:
         # Left out when the run works in its project (results before always named it).
         update["execution_dir"] = inp.project_dir or ""
     return result.model_copy(update=update) if update else result
@@ -328,8 +338,12 @@ def _stored_handoff(
     as the turn made it (a turn that stored one leaves the manifest out)."""
     if arg.handoff is None:
         return None
-    if result.handoff is not None or not result.handoff_stored or result.reply is None:
+    if result.handoff is not None or result.reply is None:
         return result.handoff
+    # A turn of this worker leaves `handoff_stored` out: what it stored is what its reply
+    # submits. Runs recorded before read it from the result, as they did.
+    if not result.handoff_stored and not patches.on(LEAN_TURN_RESULTS):
+        return None
     file = submitted_handoff(arg, request, result.reply)
     return None if file is None else file.manifest
 

@@ -77,15 +77,20 @@ FAILED_START_NOTICES = "failed-start-notices"
 ACTIONS_DELIVERED = "actions-delivered"
 #: A run upserts only the search attributes that changed since its start or its last upsert.
 LEAN_ATTRIBUTES = "lean-attributes"
+#: A run started without `OpenFlowStatus` is running: its first plan upserts no "running".
+START_STATUS = "start-status"
 
 
 def _start_attributes() -> tuple[str, tuple[str, ...]] | None:
     """The status and awaiting nodes the execution started with, if its start set a status
-    (the server keeps no empty list: an awaiting left out is none)."""
+    (the server keeps no empty list: an awaiting left out is none). A start without one is
+    running (`client.status_clause`); runs recorded before upserted a status first."""
     attrs = workflow.info().typed_search_attributes
     status = attrs.get(STATUS)
     if status is None:
-        return None
+        if not patches.on(START_STATUS):
+            return None
+        status = "running"
     return (status, tuple(attrs.get(AWAITING) or ()))
 
 
@@ -204,12 +209,12 @@ class OpenFlowRun:
                 self._spans.end("failed", self._now())
                 return self._result()
             self._profiles = prepared.profiles
-            self._active_provider = prepared.active_provider
+            self._active_provider = prepared.provider
             self._webhooks = prepared.webhooks
             self._execution_dir = prepared.execution_dir
             assert prepared.workflow is not None  # calls.prepare_run fills it in
             plan = engine.start(
-                shared_settled(prepared.workflow, inp, prepared.active_provider),
+                shared_settled(prepared.workflow, inp, prepared.provider),
                 inp.run_id,
                 now,
                 entrypoint_text=inp.entrypoint,
@@ -462,8 +467,10 @@ class OpenFlowRun:
         assert self._snapshot is not None
         status = self._snapshot.status
         outputs = {n: ns.output for n, ns in sorted(self._snapshot.nodes.items()) if ns.has_output}
+        run_id = self._snapshot.run_id
         return c.RunResult(
-            run_id=self._snapshot.run_id,
+            # The workflow id says it (history need not): a reader of a result takes it there.
+            run_id="" if run_id == workflow.info().workflow_id else run_id,
             status=status if status in ("completed", "failed", "stopped") else "failed",
             outputs=outputs,
             error=self._snapshot.terminal_error,

@@ -191,3 +191,19 @@ def test_a_markdown_handoffs_manifest_comes_from_its_file() -> None:
     assert [(r.take, r.format) for r in recipe.refs] == [("manifest", "markdown")]
     assert sent is not None and sent["upstream"][0]["output"] == {"summary": "Wrote it."}
     assert _text(resolve(sent, recipe, parts, driver.files)) == _text(slim.input)
+
+
+def test_the_reviews_small_outputs_travel_as_their_nodes_names() -> None:
+    driver, parts = _run()
+    review = _first_calls(driver)[REVIEW_NODE]
+    slim, _ = by_reference(review, set(parts))
+    sent, recipe = input_recipe(driver.snapshot, slim.input, parts)
+    assert sent is None and recipe is not None
+    # The survey's large output is a reference; the children's small ones are named.
+    assert recipe.outputs == ("left", "right")
+    assert "nodes" not in _text(recipe.patch)
+    assert _text(resolve(sent, recipe, parts, driver.files)) == _text(slim.input)
+    # A store without a named node's handoff file cannot make the input.
+    lost = {k: v for k, v in driver.files.items() if "left" not in k}
+    with pytest.raises(KeyError):
+        resolve(sent, recipe, parts, lost)

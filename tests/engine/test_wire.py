@@ -173,3 +173,60 @@ def test_a_json_handoff_travels_as_its_format() -> None:
     assert c.ModelTurnInput.model_validate(data) == call
     markdown = c.TurnHandoff(format="markdown", headings=["## Plan"])
     assert c.TurnHandoff.model_validate_json(markdown.model_dump_json()) == markdown
+
+
+def test_a_submit_call_travels_without_the_tools_name_and_reads_back_whole() -> None:
+    from openflow.engine.policy import HARNESS_SUBMIT
+    from openflow.engine.request import RawToolCall
+
+    calls = (
+        RawToolCall(id="c1", name=HARNESS_SUBMIT, arguments={"output": {"summary": "ok"}}),
+        RawToolCall(id="c2", name="read", arguments={"path": "a"}),
+    )
+    asked = c.turn_asked(_turn(), "chat_completions", "m")
+    result = c.ModelTurnResult(reply=_reply(tool_calls=calls), persisted_len=3, ms=7)
+    data, back = _travelled(result, asked)
+    assert [call.get("name") for call in data["reply"]["tool_calls"]] == [None, "read"]
+    assert HARNESS_SUBMIT not in json.dumps(data)
+    assert back == result and back.reply == result.reply
+    # A whole result (recorded before, or not what was asked for) keeps every name.
+    whole = {"reply": {"wire": "scripted", "tool_calls": [{"id": "c1", "name": HARNESS_SUBMIT}]}}
+    read = c.ModelTurnResult.model_validate(whole).restored(asked)
+    assert read.reply is not None and read.reply.tool_calls[0].name == HARNESS_SUBMIT
+
+
+def test_a_reviews_call_leaves_out_that_it_runs_no_reads() -> None:
+    review = _turn().model_copy(
+        update={"call_id": "model:__post_run_review-4", "purpose": "review", "eager": False}
+    )
+    data = json.loads(review.model_dump_json())
+    assert "eager" not in data and data["purpose"] == "review"
+    back = c.ModelTurnInput.model_validate(data)
+    assert back.purpose == "review" and back.call_id == review.call_id
+    # A node's turn that runs no reads at once still says so.
+    assert (
+        json.loads(_turn().model_copy(update={"eager": False}).model_dump_json())["eager"] is False
+    )
+
+
+def test_a_starts_result_names_its_provider_unless_it_is_the_one_profile() -> None:
+    one = c.PrepareResult(
+        profiles={"p": {"kind": "openai"}}, active_provider=None, tool_names=[], execution_dir=""
+    )
+    data = json.loads(one.model_dump_json())
+    assert "active_provider" not in data
+    assert c.PrepareResult.model_validate(data).provider == "p"
+    # Results recorded before name it, whatever their profiles.
+    old = {"profiles": {"p": {"kind": "openai"}}, "active_provider": "", "tool_names": []}
+    assert c.PrepareResult.model_validate({**old, "execution_dir": ""}).provider == ""
+    two = {"profiles": {"p": {}, "q": {}}, "tool_names": [], "execution_dir": ""}
+    assert c.PrepareResult.model_validate(two).provider == ""
+
+
+def test_a_run_result_leaves_out_its_run_id_when_the_workflow_id_says_it() -> None:
+    result = c.RunResult(status="completed", outputs={"a": {"summary": "ok"}})
+    assert json.loads(result.model_dump_json()) == {
+        "status": "completed",
+        "outputs": {"a": {"summary": "ok"}},
+    }
+    assert c.RunResult.model_validate({"run_id": "r", "status": "completed"}).run_id == "r"

@@ -182,9 +182,9 @@ def _store_failure(exc: BaseException) -> bool:
 
 def start_attributes(workflow: Workflow, tenant: str) -> TypedSearchAttributes:
     """The search attributes a run starts with. A deployment without tenants sets none: a
-    run without `OpenFlowTenant` is one of tenant "" (`tenant_clause`). Nor is its status
-    set: a run without `OpenFlowStatus` is running (`status_clause`) until it upserts one."""
+    run without `OpenFlowTenant` is one of tenant "" (`tenant_clause`)."""
     pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(SA_STATUS, "running"),
         SearchAttributePair(SA_WORKFLOW_ID, workflow.id),
         SearchAttributePair(SA_WORKFLOW_NAME, workflow.name),
         SearchAttributePair(SA_AWAITING, []),
@@ -195,8 +195,8 @@ def start_attributes(workflow: Workflow, tenant: str) -> TypedSearchAttributes:
 
 
 def status_clause(status: str) -> str:
-    """The visibility query's clause for runs of a status ("running": runs started without
-    the attribute too, as runs start now, and those started with it)."""
+    """The visibility query's clause for runs of a status ("running": a run started from a
+    Temporal client without search attributes too, which sets none until its first task)."""
     if status == "running":
         return f"({c.SA_STATUS} = 'running' OR {c.SA_STATUS} IS NULL)"
     return f"{c.SA_STATUS} = '{_q(status)}'"

@@ -43,12 +43,11 @@ def run_details(plan: Plan) -> str:
 
 
 def model_summary(intent: CallModel) -> str:
-    """A model call's activity summary: its node, and its attempt past the first (the Web UI
-    shows it next to the activity's type, `model_turn`, so history need not say it again)."""
+    """A model call's activity summary: its node, and its attempt past the first."""
     if intent.purpose == "review":
         return "post-run review"
     attempt = f" · attempt {intent.model_attempt}" if intent.model_attempt > 1 else ""
-    return f"{intent.node_id}{attempt}"
+    return f"model turn · {intent.node_id}{attempt}"
 
 
 def tools_summary(intent: RunTools) -> str:

@@ -45,9 +45,8 @@ EPOCHS: tuple[tuple[str, frozenset[str]], ...] = (
     ("epoch-1", _EPOCH_1),
     # The start in a local activity: runs of epoch-1 prepared in an activity of their own.
     ("epoch-2", _EPOCH_1 | {"prepare-local"}),
-    # Model-turn results without `handoff_stored` (runs of epoch-2 read it from the result);
-    # a start without `OpenFlowStatus` is running (runs of epoch-2 upserted it).
-    ("epoch-3", _EPOCH_1 | {"prepare-local", "lean-turn-results", "start-status"}),
+    # Model-turn results without `handoff_stored` (runs of epoch-2 read it from the result).
+    ("epoch-3", _EPOCH_1 | {"prepare-local", "lean-turn-results"}),
 )
 
 #: What each workflow object's epoch covers (empty: it started before the epochs).

@@ -77,20 +77,15 @@ FAILED_START_NOTICES = "failed-start-notices"
 ACTIONS_DELIVERED = "actions-delivered"
 #: A run upserts only the search attributes that changed since its start or its last upsert.
 LEAN_ATTRIBUTES = "lean-attributes"
-#: A run started without `OpenFlowStatus` is running: its first plan upserts no "running".
-START_STATUS = "start-status"
 
 
 def _start_attributes() -> tuple[str, tuple[str, ...]] | None:
     """The status and awaiting nodes the execution started with, if its start set a status
-    (the server keeps no empty list: an awaiting left out is none). A start without one is
-    running (`client.status_clause`); runs recorded before upserted a status first."""
+    (the server keeps no empty list: an awaiting left out is none)."""
     attrs = workflow.info().typed_search_attributes
     status = attrs.get(STATUS)
     if status is None:
-        if not patches.on(START_STATUS):
-            return None
-        status = "running"
+        return None
     return (status, tuple(attrs.get(AWAITING) or ()))
 
 

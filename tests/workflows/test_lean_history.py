@@ -335,52 +335,16 @@ async def test_a_dags_history_leaves_out_what_the_workflow_works_out(harness: Ha
     evidence = review["header_recipe"]["patch"]["runEvidence"]
     assert "nodes" not in evidence and "summary" not in json.dumps(review)
     assert "eager" not in review
-    # A node's turn is named in the Web UI by its node (the activity's type says the rest).
+    # Each turn is named in the Web UI by what it is and its node.
     summaries = [
         json.loads(e.user_metadata.summary.data)
         for e in history.events
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
-    assert summaries == ["root", "left", "right", "post-run review"]
-    await harness.replay(run_id)
-
-
-async def test_a_run_starts_without_a_status_and_lists_as_running(
-    client: Client, task_queue: str, openflow_home: Path
-) -> None:
-    from openflow.client import SA_STATUS
-
-    harness = Harness(client, task_queue, openflow_home)
-    harness.script({}, exhausted="echo")
-    # Started with no worker up: the run is running and has upserted nothing yet.
-    run_id = await harness.start(make_workflow([node("only")], []))
-    started = (await harness.handle(run_id).fetch_history()).events[0]
-    fields = started.workflow_execution_started_event_attributes.search_attributes
-    assert c.SA_STATUS not in fields.indexed_fields
-    assert (await harness.handle(run_id).describe()).typed_search_attributes.get(SA_STATUS) is None
-    assert await harness.runs.status(run_id) == "running"
-    await _listed(harness, run_id, "running")
-    async with build_worker(client, task_queue, openflow_home):
-        result = await harness.result(run_id)
-    assert result.status == "completed", result
-    history = await harness.handle(run_id).fetch_history()
-    upserts = [
-        e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
-        for e in history.events
-        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+    assert summaries == [
+        "model turn · root",
+        "model turn · left",
+        "model turn · right",
+        "post-run review",
     ]
-    # Nothing says "running": the one status upserted is the end's.
-    statuses = [json.loads(u[c.SA_STATUS].data) for u in upserts if c.SA_STATUS in u]
-    assert statuses == ["completed"]
-    await _listed(harness, run_id, "completed")
-    assert run_id not in [r.run_id for r in await harness.runs.list(status="running")]
     await harness.replay(run_id)
-
-
-async def _listed(harness: Harness, run_id: str, status: str, timeout: float = 10.0) -> None:
-    """Wait for visibility to list the run among the runs of `status`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while run_id not in [r.run_id for r in await harness.runs.list(status=status)]:
-        assert loop.time() < deadline, f"the run is not listed as {status}"
-        await asyncio.sleep(0.1)

@@ -560,8 +560,8 @@ class ModelTurnResult(OmitDefaults, _Model):
     ms: int | None = None
     #: The manifest of the handoff the turn stored for the output its reply submitted.
     handoff: dict[str, Any] | None = None
-    #: The turn stored that handoff and leaves its manifest out: the workflow makes it again
-    #: from the reply (`model_turn.submitted_handoff`), as the turn did.
+    #: The turn stored that handoff and leaves its manifest out: the engine makes it again
+    #: from the submission it classifies (`ModelReplied.handoff_stored`).
     handoff_stored: bool = False
     #: A lean result's reply as it travels (under `reply`), until `restored` makes it whole.
     lean_reply: dict[str, Any] | None = Field(default=None, exclude=True)

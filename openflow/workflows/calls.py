@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError,
 
 with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
-    from openflow.activities.model_turn import ModelTurnActivity, submitted_handoff
+    from openflow.activities.model_turn import ModelTurnActivity
     from openflow.activities.prepare_run import PrepareRunActivity, stored_parts
     from openflow.activities.read_receipt import ReadReceiptActivity
     from openflow.activities.revert_batch import RevertBatchActivity
@@ -301,8 +301,11 @@ async def model_turn(
         in_transcript=not result.reply_key,
         ms=result.ms,
         eager=None if result.tools is None else finished("", result.tools, True),
-        handoff=_stored_handoff(
-            arg.model_copy(update={"node_id": intent.node_id}), request, result
+        handoff=result.handoff if arg.handoff is not None else None,
+        # A turn that stored its submission's handoff leaves the manifest out: the engine,
+        # which classifies the reply anyway, makes it again.
+        handoff_stored=(
+            arg.handoff is not None and result.handoff is None and result.handoff_stored
         ),
     )
 
@@ -319,19 +322,6 @@ def _input_by_reference(
     if recipe is None:
         return stored_set, set_input, None
     return stored_set + RECIPE_MARK, sent, recipe
-
-
-def _stored_handoff(
-    arg: c.ModelTurnInput, request: AgentRequest, result: c.ModelTurnResult
-) -> dict[str, Any] | None:
-    """The manifest of the handoff the turn stored: as it said, or made again from its reply
-    as the turn made it (a turn that stored one leaves the manifest out)."""
-    if arg.handoff is None:
-        return None
-    if result.handoff is not None or not result.handoff_stored or result.reply is None:
-        return result.handoff
-    file = submitted_handoff(arg, request, result.reply)
-    return None if file is None else file.manifest
 
 
 def turn_handoff(snapshot: RunSnapshot, intent: CallModel) -> c.TurnHandoff | None:

@@ -37,7 +37,7 @@ from openflow.engine.state import (
     TranscriptDelta,
 )
 from openflow.engine.transcript import Attachment, ToolCall
-from openflow.engine.wire import OmitDefaults, without_defaults
+from openflow.engine.wire import OmitDefaults, omit_defaults, without_defaults
 
 WORKFLOW_NAME = "OpenFlowRun"
 ACTIVITY_PREPARE = "prepare_run"
@@ -406,14 +406,9 @@ class ModelTurnInput(OmitDefaults, _Model):
     def _header(self, value: AgentRequest | None, handler: SerializerFunctionWrapHandler) -> Any:
         """The header without its fields at their defaults (they read back as them)."""
         data = handler(value)
-        if value is None or not isinstance(data, dict):
+        if value is None:
             return data
-        for name, field in AgentRequest.model_fields.items():
-            if field.is_required() or name not in data:
-                continue
-            if getattr(value, name) == field.get_default(call_default_factory=True):
-                del data[name]
-        return data
+        return omit_defaults(value, data)
 
 
 class ToolBatchInput(OmitDefaults, _Model):

@@ -74,7 +74,7 @@ from openflow.engine.protocol import (
     structured_problem,
 )
 from openflow.engine.request import ModelReply, ProviderFailure
-from openflow.engine.spec import submission_schema, template_headings
+from openflow.engine.spec import read_submission_schema, submission_schema, template_headings
 from openflow.engine.state import (
     AwaitingInput,
     CallModel,
@@ -121,7 +121,7 @@ def on_reply(
     `handoff_stored` says it stored one and left the manifest out."""
     seat = Seat(node_id)
     agent = step.by_id[node_id].agent
-    result = classify_reply(reply, submission_schema(agent), markdown_headings(step, node_id))
+    result = classify_reply(reply, read_submission_schema(agent), markdown_headings(step, node_id))
     keep = take_reply(step, seat, reply, stored)
     reasoning: list[TranscriptItem] = (
         [ReasoningItem(blocks=reply.reasoning)] if reply.reasoning else []

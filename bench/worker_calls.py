@@ -146,7 +146,14 @@ async def measure(runs: int, rounds: int, counted: bool) -> dict[str, Any]:
                 raise RuntimeError(f"the DAG plans only model calls, not {plan.intents}")
             facts = await asyncio.gather(
                 *(
-                    calls.model_turn(i, plan.snapshot, prepared.active_provider, sent, parts)
+                    calls.model_turn(
+                        i,
+                        plan.snapshot,
+                        prepared.active_provider,
+                        sent,
+                        parts,
+                        getattr(prepared, "profiles", None),
+                    )
                     for i in plan.intents
                     if isinstance(i, CallModel)
                 )

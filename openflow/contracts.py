@@ -38,7 +38,7 @@ from openflow.engine.state import (
     TranscriptDelta,
 )
 from openflow.engine.transcript import Attachment, ToolCall
-from openflow.engine.wire import OmitDefaults, without_defaults
+from openflow.engine.wire import OmitDefaults, omit_defaults, without_defaults
 
 WORKFLOW_NAME = "OpenFlowRun"
 ACTIVITY_PREPARE = "prepare_run"
@@ -450,14 +450,9 @@ class ModelTurnInput(OmitDefaults, _Model):
     def _header(self, value: AgentRequest | None, handler: SerializerFunctionWrapHandler) -> Any:
         """The header without its fields at their defaults (they read back as them)."""
         data = handler(value)
-        if value is None or not isinstance(data, dict):
+        if value is None:
             return data
-        for name, field in AgentRequest.model_fields.items():
-            if field.is_required() or name not in data:
-                continue
-            if getattr(value, name) == field.get_default(call_default_factory=True):
-                del data[name]
-        return data
+        return omit_defaults(value, data)
 
 
 class ToolBatchInput(OmitDefaults, _Model):
@@ -606,9 +601,9 @@ class ModelTurnResult(OmitDefaults, _Model):
     ms: int | None = None
     #: The manifest of the handoff the turn stored for the output its reply submitted.
     handoff: dict[str, Any] | None = None
-    #: The turn stored that handoff and leaves its manifest out: the workflow makes it again
-    #: from the reply (`model_turn.submitted_handoff`), as the turn did. Results since
-    #: `lean-turn-results` leave it out too: the reply says whether the turn stored one.
+    #: The turn stored that handoff and leaves its manifest out: the engine makes it again
+    #: from the submission it classifies (`ModelReplied.handoff_stored`).
+    #: Results since `lean-turn-results` leave it out too: the reply says whether it did.
     handoff_stored: bool = False
     #: A lean result's reply as it travels (under `reply`), until `restored` makes it whole.
     lean_reply: dict[str, Any] | None = Field(default=None, exclude=True)

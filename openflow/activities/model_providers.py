@@ -11,7 +11,7 @@ from openflow.activities.providers.errors import ProviderError
 from openflow.activities.providers.scripted import ScriptedProvider
 from openflow.activities.run_files import PROFILES_KEY, RunFiles
 from openflow.engine.request import ModelReply, ProviderFailure
-from openflow.settings import AppSettings, ProviderProfile, load_settings
+from openflow.settings import AppSettings, ModelPrice, ProviderProfile, load_settings
 
 ProviderFactory = Callable[[str, ProviderProfile, AppSettings], Any]
 
@@ -24,6 +24,7 @@ class ModelProviders:
         self.factory = factory
         self._scripted: Lru[tuple[str, str], Any] = Lru(64)
         self._settings: tuple[tuple[int, int], AppSettings] | None = None
+        self._prices: tuple[AppSettings, dict[str, ModelPrice | None]] | None = None
 
     def settings(self) -> AppSettings:
         """settings.json, parsed again only when the file changes."""
@@ -99,11 +100,20 @@ class ModelProviders:
         """The reply with this turn's estimated cost (settings' `prices` override the table)."""
         if reply.usage is None or reply.usage.cost_usd is not None:
             return reply
-        from openflow.activities.providers.pricing import estimate_cost
+        from openflow.activities.providers.pricing import cost_at, price_for
 
-        prices = dict(getattr(self.settings(), "prices", None) or {})
-        cost = estimate_cost(reply.model or model, reply.usage, prices or None)
-        usage = reply.usage.model_copy(update={"cost_usd": cost})
+        settings = self.settings()
+        if self._prices is None or self._prices[0] is not settings:
+            # Each model's price, looked up once for the settings as they are.
+            self._prices = (settings, {})
+        known = self._prices[1]
+        name = reply.model or model
+        if name not in known:
+            if len(known) >= 256:
+                known.clear()
+            prices = dict(getattr(settings, "prices", None) or {})
+            known[name] = price_for(name, prices or None)
+        usage = reply.usage.model_copy(update={"cost_usd": cost_at(known[name], reply.usage)})
         return reply.model_copy(update={"usage": usage})
 
 

@@ -263,8 +263,9 @@ class ModelTurnActivity:
         store = self.files.store
         header_key = f"headers/{inp.header_digest}.json"
         whole = inp.header
+        dumped: bytes | None = None
         if whole is None and inp.header_recipe is not None:
-            whole = self.from_recipe(inp)
+            whole, dumped = self.from_recipe(inp)
         if whole is None and inp.header_set:
             whole = self.from_set(inp.run_id, inp.header_set, inp.header_input)
         elif whole is None and inp.header_rest is not None and inp.header_refs is not None:
@@ -276,7 +277,7 @@ class ModelTurnActivity:
             # already is not stored again, unless a later turn found it gone.
             if not self._stored.get((inp.run_id, header_key)):
                 self._stored.put((inp.run_id, header_key), True)
-                data = header.model_dump_json().encode()
+                data = dumped if dumped is not None else header.model_dump_json().encode()
                 self.files.cache_blob(inp.run_id, header_key, data, with_next_write=True)
         else:
             # A header is named by its digest, so what was read once is good for every turn.
@@ -307,10 +308,10 @@ class ModelTurnActivity:
         request, transcript = resolve_turn(store, inp.run_id, request, transcript)
         return request, transcript, tools, persisted
 
-    def from_recipe(self, inp: c.ModelTurnInput) -> AgentRequest:
-        """The header of a call whose input travels as a recipe: the input made again from
-        what the run store holds, and the header checked against the call's digest (a store
-        that gives back anything else counts as one that lost it)."""
+    def from_recipe(self, inp: c.ModelTurnInput) -> tuple[AgentRequest, bytes]:
+        """The header of a call whose input travels as a recipe, and its JSON: the input made
+        again from what the run store holds, and the header checked against the call's digest
+        (a store that gives back anything else counts as one that lost it)."""
         recipe = inp.header_recipe
         assert recipe is not None
         store = self.files.store
@@ -321,10 +322,10 @@ class ModelTurnActivity:
             raise KeyNotFound("the run store lacks what a call's input is made of") from exc
         digest = inp.header_set.removesuffix(RECIPE_MARK)
         header = self.from_set(inp.run_id, digest, header_input)
-        made = hashlib.sha256(header.model_dump_json().encode()).hexdigest()[:16]
-        if made != inp.header_digest:
+        data = header.model_dump_json().encode()
+        if hashlib.sha256(data).hexdigest()[:16] != inp.header_digest:
             raise KeyNotFound("the run store gave back another input than the call's")
-        return header
+        return header, data
 
     def from_set(
         self, run_id: str, digest: str, header_input: dict[str, Any] | None

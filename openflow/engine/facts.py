@@ -185,7 +185,14 @@ def on_model_replied(step: Step, fact: ModelReplied) -> None:
     if seat.subagent_id is not None:
         on_child_reply(step, seat, fact.reply, stored_reply(fact))
     else:
-        on_reply(step, seat.node_id, fact.reply, stored_reply(fact), fact.handoff)
+        on_reply(
+            step,
+            seat.node_id,
+            fact.reply,
+            stored_reply(fact),
+            fact.handoff,
+            fact.handoff_stored,
+        )
 
 
 def settle(step: Step, seat: Seat, persisted_len: int | None) -> None:

@@ -38,6 +38,33 @@ def part_digest(value: Any) -> str:
     return hashlib.sha256(_canonical(value).encode()).hexdigest()[:16]
 
 
+#: Digests of the texts and tools that headers carry call after call (a node's system
+#: messages and harness tools, an evidence prompt), by the text or by the tool's JSON: a
+#: digest is a pure function of it, so one made is kept (up to `_KNOWN_DIGESTS` of them).
+_digests: dict[str, str] = {}
+_KNOWN_DIGESTS = 1024
+
+
+def _remember(key: str, digest: str) -> str:
+    if len(_digests) >= _KNOWN_DIGESTS:
+        _digests.clear()
+    _digests[key] = digest
+    return digest
+
+
+def text_digest(text: str) -> str:
+    """`part_digest(text)`, made once a text."""
+    found = _digests.get(text)
+    return found if found is not None else _remember(text, part_digest(text))
+
+
+def tool_digest(tool: ToolSpec) -> str:
+    """`part_digest` of a tool's JSON dump, made once a tool."""
+    key = "\0" + tool.model_dump_json()
+    found = _digests.get(key)
+    return found if found is not None else _remember(key, part_digest(tool.model_dump(mode="json")))
+
+
 def _keep(found: dict[str, Any], value: Any) -> None:
     text = _canonical(value)
     if len(text.encode()) >= MIN_PART_BYTES:
@@ -150,9 +177,9 @@ def by_reference(
     none of its parts is stored)."""
     if not stored:
         return header, None
-    system = [part_digest(m) for m in header.system_messages]
+    system = [text_digest(m) for m in header.system_messages]
     system = [d if d in stored else "" for d in system]
-    tools = [part_digest(t.model_dump(mode="json")) for t in header.harness_tools]
+    tools = [tool_digest(t) for t in header.harness_tools]
     tools = [d if d in stored else "" for d in tools]
     schema = part_digest(header.output_schema) if header.output_schema else ""
     schema = schema if schema in stored else ""
@@ -164,7 +191,7 @@ def by_reference(
         digests = []
         for key in EVIDENCE_PROMPTS:
             value = node.get(key)
-            digest = part_digest(value) if isinstance(value, str) and value else ""
+            digest = text_digest(value) if isinstance(value, str) and value else ""
             digests.append(digest if digest in stored else "")
         evidence.append(tuple(digests))
     if not any(any(d) for d in evidence):

@@ -501,9 +501,15 @@ def effective_output_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str,
 
 def submission_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str, Any]:
     """The schema of the submit tool: `{markdown}` for Markdown handoffs, else the effective one."""
+    return copy.deepcopy(read_submission_schema(agent))
+
+
+def read_submission_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str, Any]:
+    """`submission_schema` itself, not a copy: to read only (say, to classify a reply), never
+    to change or to keep."""
     if isinstance(agent.handoff, MarkdownHandoff):
-        return copy.deepcopy(MARKDOWN_SUBMISSION_SCHEMA)
-    return effective_output_schema(agent)
+        return MARKDOWN_SUBMISSION_SCHEMA
+    return object_schema_or_default(agent.output_schema)
 
 
 def template_headings(template: str) -> list[str]:
@@ -663,6 +669,7 @@ __all__ = [
     "effective_output_schema",
     "object_schema_or_default",
     "missing_template_headings",
+    "read_submission_schema",
     "submission_schema",
     "template_headings",
 ]

@@ -651,6 +651,9 @@ class ModelReplied(_Frozen):
     #: The manifest of the handoff the same activity stored for the output the reply submits
     #: (None: it stored none, and a completion writes it with `WriteHandoff`).
     handoff: dict[str, Any] | None = None
+    #: The same activity stored the handoff of the output the reply submits and left its
+    #: manifest out: the engine makes the manifest again from the submission it classifies.
+    handoff_stored: bool = False
 
 
 def stored_reply(fact: ModelReplied) -> list[StoredItemRef] | None:

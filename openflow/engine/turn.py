@@ -53,7 +53,7 @@ from openflow.engine.events import (
     ToolCallProposed,
 )
 from openflow.engine.grants import grant_for
-from openflow.engine.handoff import handoff_output, written_as
+from openflow.engine.handoff import HandoffFile, handoff_file, handoff_output, written_as
 from openflow.engine.lifecycle import fail_node, interrupt
 from openflow.engine.policy import (
     HARNESS_ASK_QUESTION,
@@ -74,7 +74,7 @@ from openflow.engine.protocol import (
     structured_problem,
 )
 from openflow.engine.request import ModelReply, ProviderFailure
-from openflow.engine.spec import submission_schema, template_headings
+from openflow.engine.spec import read_submission_schema, submission_schema, template_headings
 from openflow.engine.state import (
     AwaitingInput,
     CallModel,
@@ -113,20 +113,22 @@ def on_reply(
     reply: ModelReply,
     stored: list[StoredItemRef] | None = None,
     handoff: dict[str, Any] | None = None,
+    handoff_stored: bool = False,
 ) -> None:
     """Apply a node's classified reply (spec 3.4); `stored` says where the run store holds
     each of `reply_items(reply)`, so the items the node keeps are sent by reference;
-    `handoff` is the manifest of the handoff the model turn stored for its submission."""
+    `handoff` is the manifest of the handoff the model turn stored for its submission, or
+    `handoff_stored` says it stored one and left the manifest out."""
     seat = Seat(node_id)
     agent = step.by_id[node_id].agent
-    result = classify_reply(reply, submission_schema(agent), markdown_headings(step, node_id))
+    result = classify_reply(reply, read_submission_schema(agent), markdown_headings(step, node_id))
     keep = take_reply(step, seat, reply, stored)
     reasoning: list[TranscriptItem] = (
         [ReasoningItem(blocks=reply.reasoning)] if reply.reasoning else []
     )
     outcome = result.outcome
     if isinstance(outcome, Completed):
-        on_completed(step, node_id, outcome, reasoning, keep, handoff)
+        on_completed(step, node_id, outcome, reasoning, keep, handoff, handoff_stored)
     elif isinstance(outcome, ToolCalls):
         on_tool_calls(step, node_id, outcome, reasoning, keep)
     elif isinstance(outcome, NeedsUserInput):
@@ -173,7 +175,11 @@ def on_completed(
     reasoning: list[TranscriptItem],
     keep: Keep,
     stored: dict[str, Any] | None = None,
+    stored_unnamed: bool = False,
 ) -> None:
+    """A node's submission: done, or its handoff written first. `stored` is the manifest of
+    the handoff the model turn stored; `stored_unnamed` says it stored the submission's
+    handoff without naming its manifest (made again here)."""
     ns = step.node(node_id)
     agent = step.by_id[node_id].agent
     seat = Seat(node_id)
@@ -191,16 +197,23 @@ def on_completed(
         append(step, seat, UserItem(content=prompts.LATE_MESSAGE_NUDGE))
         return
     fmt = agent.handoff.format
-    if fmt in ("json", "markdown") and written_as(node_id, fmt, outcome.output, stored):
+    if fmt not in ("json", "markdown"):
+        store_output(step, node_id, outcome.output, None)
+        return
+    if stored is None and stored_unnamed:
+        made = handoff_file(node_id, fmt, outcome.output)
+        stored = made.manifest if isinstance(made, HandoffFile) else None
+        written = stored is not None
+    else:
+        written = written_as(node_id, fmt, outcome.output, stored)
+    if written:
         # The model turn stored this very submission's handoff: done in this step.
         output = handoff_output(fmt, outcome.output, outcome.assistant_message)
         store_output(step, node_id, output, stored)
-    elif fmt in ("json", "markdown"):
+    else:
         job = {"output": outcome.output, "message": outcome.assistant_message}
         step.update_node(node_id, phase=StoringHandoff(job=job))
         step.intents.append(WriteHandoff(node_id=node_id, format=fmt, output=outcome.output))
-    else:
-        store_output(step, node_id, outcome.output, None)
 
 
 def store_output(step: Step, node_id: str, output: Any, handoff: dict[str, Any] | None) -> None:

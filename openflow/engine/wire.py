@@ -22,20 +22,24 @@ class OmitDefaults(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if not isinstance(data, dict):
-            return data
-        for name, keys, default, field in _optional_fields(type(self)):
-            for key in keys:
-                if key in data:
-                    break
-            else:
-                continue
-            if default is _UNSET:
-                default = _fresh_default(field)
-            if getattr(self, name) == default:
-                del data[key]
+        return omit_defaults(self, handler(self))
+
+
+def omit_defaults(value: BaseModel, data: Any) -> Any:
+    """`data`, the dump of `value`, without its top-level optional fields at their defaults."""
+    if not isinstance(data, dict):
         return data
+    for name, keys, default, field in _optional_fields(type(value)):
+        for key in keys:
+            if key in data:
+                break
+        else:
+            continue
+        if default is _UNSET:
+            default = _fresh_default(field)
+        if getattr(value, name) == default:
+            del data[key]
+    return data
 
 
 _OptionalField = tuple[str, tuple[str, ...], Any, FieldInfo]
@@ -121,4 +125,4 @@ def without_defaults(value: BaseModel, data: Any) -> Any:
     return slim if same else data
 
 
-__all__ = ["OmitDefaults", "without_defaults"]
+__all__ = ["OmitDefaults", "omit_defaults", "without_defaults"]

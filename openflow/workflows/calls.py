@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError,
 
 with workflow.unsafe.imports_passed_through():
     from openflow import contracts as c
-    from openflow.activities.model_turn import ModelTurnActivity, submitted_handoff
+    from openflow.activities.model_turn import ModelTurnActivity
     from openflow.activities.prepare_run import PrepareRunActivity, stored_parts
     from openflow.activities.read_receipt import ReadReceiptActivity
     from openflow.activities.revert_batch import RevertBatchActivity
@@ -66,7 +66,7 @@ HANDOFF_IN_TURN = "handoff-in-turn"
 #: an activity of its own, one workflow task before the first model call.
 PREPARE_LOCAL = "prepare-local"
 #: A model turn's result leaves out `handoff_stored`: the workflow works it out from the reply
-#: (`submitted_handoff`, as the turn did); runs recorded before read it from the result.
+#: (the engine makes the manifest from the submission); runs recorded before read it.
 LEAN_TURN_RESULTS = "lean-turn-results"
 
 
@@ -311,9 +311,10 @@ async def model_turn(
         in_transcript=not result.reply_key,
         ms=result.ms,
         eager=None if result.tools is None else finished("", result.tools, True),
-        handoff=_stored_handoff(
-            arg.model_copy(update={"node_id": intent.node_id}), request, result
-        ),
+        handoff=result.handoff if arg.handoff is not None else None,
+        # A turn that stored its submission's handoff leaves the manifest out: the engine,
+        # which classifies the reply anyway, makes it again.
+        handoff_stored=_handoff_stored(arg, result),
     )
 
 
@@ -331,21 +332,14 @@ def _input_by_reference(
     return stored_set + RECIPE_MARK, sent, recipe
 
 
-def _stored_handoff(
-    arg: c.ModelTurnInput, request: AgentRequest, result: c.ModelTurnResult
-) -> dict[str, Any] | None:
-    """The manifest of the handoff the turn stored: as it said, or made again from its reply
-    as the turn made it (a turn that stored one leaves the manifest out)."""
-    if arg.handoff is None:
-        return None
-    if result.handoff is not None or result.reply is None:
-        return result.handoff
-    # A turn of this worker leaves `handoff_stored` out: what it stored is what its reply
-    # submits. Runs recorded before read it from the result, as they did.
-    if not result.handoff_stored and not patches.on(LEAN_TURN_RESULTS):
-        return None
-    file = submitted_handoff(arg, request, result.reply)
-    return None if file is None else file.manifest
+def _handoff_stored(arg: c.ModelTurnInput, result: c.ModelTurnResult) -> bool:
+    """Whether the turn stored the handoff of what its reply submits, leaving the manifest
+    out. A turn of this worker leaves `handoff_stored` out too: it stored one when its reply
+    submits (the engine makes the manifest from the submission, as the turn did). Runs
+    recorded before read it from the result, as they did."""
+    if arg.handoff is None or result.handoff is not None:
+        return False
+    return result.handoff_stored or patches.on(LEAN_TURN_RESULTS)
 
 
 def turn_handoff(snapshot: RunSnapshot, intent: CallModel) -> c.TurnHandoff | None:

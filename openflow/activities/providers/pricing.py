@@ -65,7 +65,11 @@ def estimate_cost(
     model: str, usage: UsageReport, prices: Mapping[str, ModelPrice] | None = None
 ) -> float:
     """Estimated USD for one turn's usage; 0.0 for a model with no known price."""
-    price = price_for(model, prices)
+    return cost_at(price_for(model, prices), usage)
+
+
+def cost_at(price: ModelPrice | None, usage: UsageReport) -> float:
+    """Estimated USD for one turn's usage at `price` (`price_for`'s); 0.0 for no price."""
     if price is None:
         return 0.0
     cached = max(0, usage.cached_input_tokens)
@@ -82,4 +86,4 @@ def estimate_cost(
     return total / 1_000_000
 
 
-__all__ = ["DEFAULT_PRICES", "estimate_cost", "price_for"]
+__all__ = ["DEFAULT_PRICES", "cost_at", "estimate_cost", "price_for"]

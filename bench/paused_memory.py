@@ -12,7 +12,8 @@ paused phase). Every figure is per paused run:
   instance and OpenFlowRun's attributes), counting only objects allocated while the N runs
   started and each object once: by attribute, and by object type; objects more than one run
   reaches are shared, and counted apart;
-- the process's RSS growth (it includes the SDK core's own memory, which tracemalloc misses).
+- the process's RSS growth (it includes the SDK core's own memory, which tracemalloc misses);
+- a paused run's history so far (the SDK core's memory for a cached run grows with it).
 
 With `--bare`, the same for `bench.scale`'s bare paused workflow on the same server.
 Deterministic enough to compare before and after a change by bytes.
@@ -279,6 +280,8 @@ async def measure(bare: bool, n: int, warm: int, top: int, frames: int) -> None:
                 f"(the client's and the SDK core's too), {(trimmed1 - trimmed0) / n / 1024:.1f} "
                 f"KB after malloc_trim; malloc in use {(malloc1 - malloc0) / n / 1024:.1f} KB"
             )
+            size, events = await history_bytes(bench.client, ids)
+            print(f"history so far: {size:,.0f} B in {events:.0f} events a run")
             heap_report(before, after, n, top, frames)
             attribute(instances, baseline.ids)
             del baseline
@@ -330,6 +333,17 @@ def trimmed_rss() -> int:
     """RSS once malloc has given back to the system what it holds free."""
     _libc.malloc_trim(0)
     return proc_rss_self()
+
+
+async def history_bytes(client: Client, ids: list[str], sample: int = 20) -> tuple[float, float]:
+    """A paused run's history so far, bytes and events (the mean of `sample` runs): what the
+    SDK core holds of a cached run grows with it."""
+    sizes, counts = [], []
+    for run_id in ids[:sample]:
+        history = await client.get_workflow_handle(run_id).fetch_history()
+        sizes.append(sum(event.ByteSize() for event in history.events))
+        counts.append(len(history.events))
+    return sum(sizes) / len(sizes), sum(counts) / len(counts)
 
 
 async def answer_all(client: Client, ids: list[str], bare: bool) -> None:

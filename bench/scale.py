@@ -793,7 +793,7 @@ async def embedded_bench(prefix: str, **options: Any) -> AsyncIterator[Bench]:
             Path(tmp) / "server", address=f"127.0.0.1:{free_port()}", ui=False, tuned=True
         )
         async with server:
-            client = await server.connect(data_converter=pydantic_data_converter)
+            client = await server.connect()  # the project's converter
             assert server._process is not None
             yield Bench(client, server._process.pid, server.address, home, **options)
 

@@ -36,11 +36,11 @@ from pydantic import SecretStr
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.bridge.temporal_sdk_bridge import envconfig as _bridge_envconfig
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
+from openflow.payloads import data_converter as pydantic_data_converter
 from openflow.server import DEFAULT_ADDRESS, DEFAULT_NAMESPACE
 
 CONNECT_TIMEOUT = timedelta(seconds=10)

@@ -36,11 +36,11 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from openflow.paths import openflow_home
+from openflow.payloads import data_converter as pydantic_data_converter
 from openflow.settings import runtime_settings
 
 __all__ = [

@@ -25,13 +25,13 @@ from types import TracebackType
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from openflow import contracts as c
 from openflow.client import Runs
 from openflow.engine import RunEvent, WorkflowRunState
 from openflow.engine.events import RunReport
 from openflow.engine.spec import Workflow
+from openflow.payloads import data_converter as pydantic_data_converter
 from openflow.server import EmbeddedServer, free_port
 from openflow.worker import build_worker
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
+from openflow.payloads import data_converter as pydantic_data_converter
 from openflow.server import EmbeddedServer, free_port
 
 if TYPE_CHECKING:

@@ -16,7 +16,6 @@ import uvicorn
 from temporalio.client import (
     Client,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from openflow.backends import open_backends
@@ -37,6 +36,7 @@ from openflow.cli.common import (
 )
 from openflow.connect import ConnectError, load_target
 from openflow.paths import openflow_home
+from openflow.payloads import data_converter as pydantic_data_converter
 from openflow.pools import WorkerPools
 from openflow.server import (
     EmbeddedServer,

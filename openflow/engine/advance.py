@@ -236,12 +236,19 @@ def eager_tools(snapshot: RunSnapshot, node_id: str, offered: Iterable[str]) -> 
     return tuple(sorted(set(offered) & EAGER_TOOLS))
 
 
-def advance(snapshot: RunSnapshot, facts: Sequence[Fact], now_ms: int) -> Plan:
-    """Fold facts into the run and plan what comes next."""
+def advance(
+    snapshot: RunSnapshot, facts: Sequence[Fact], now_ms: int, *, each: bool = False
+) -> Plan:
+    """Fold facts into the run and plan what comes next: once all are folded in or, with
+    `each`, after each one, so that a step of several facts plans what steps of one fact
+    each, in the same order, would have planned."""
     step = Step(snapshot, now_ms)
     for fact in facts:
         on_fact(step, fact)
-    schedule(step)
+        if each:
+            schedule(step)
+    if not each or not facts:
+        schedule(step)
     return _finish(step, _eager_answers(step, facts))
 
 

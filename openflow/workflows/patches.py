@@ -47,6 +47,11 @@ EPOCHS: tuple[tuple[str, frozenset[str]], ...] = (
     ("epoch-2", _EPOCH_1 | {"prepare-local"}),
     # Model-turn results without `handoff_stored` (runs of epoch-2 read it from the result).
     ("epoch-3", _EPOCH_1 | {"prepare-local", "lean-turn-results"}),
+    # What runs next is planned after each fact, however a workflow task's facts arrive.
+    (
+        "epoch-4",
+        _EPOCH_1 | {"prepare-local", "lean-turn-results", "schedule-each-fact"},
+    ),
 )
 
 #: What each workflow object's epoch covers (empty: it started before the epochs).

@@ -77,6 +77,11 @@ FAILED_START_NOTICES = "failed-start-notices"
 ACTIONS_DELIVERED = "actions-delivered"
 #: A run upserts only the search attributes that changed since its start or its last upsert.
 LEAN_ATTRIBUTES = "lean-attributes"
+#: The engine plans what runs next after each fact of a step (`engine.advance(each=True)`):
+#: a workflow task's facts may reach the workflow in one activation or in several (a worker
+#: that takes over a run after a task timed out may be given them apart), and the commands
+#: must not depend on which.
+SCHEDULE_EACH_FACT = "schedule-each-fact"
 
 
 def _start_attributes() -> tuple[str, tuple[str, ...]] | None:
@@ -277,7 +282,9 @@ class OpenFlowRun:
         facts, self._facts = self._facts, []
         assert self._snapshot is not None
         try:
-            plan = engine.advance(self._snapshot, facts, self._now())
+            plan = engine.advance(
+                self._snapshot, facts, self._now(), each=patches.on(SCHEDULE_EACH_FACT)
+            )
         except (EngineError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise EngineFault(
                 f"engine fault while applying {[f.kind for f in facts]}: {exc}",

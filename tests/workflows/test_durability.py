@@ -78,10 +78,10 @@ async def test_engine_fault_fails_the_run_instead_of_hanging(
     harness.script({"a": [{"ask": "anything?"}]})
     real_advance = run_module.engine.advance
 
-    def faulty(snapshot, facts, now_ms):  # type: ignore[no-untyped-def]
+    def faulty(snapshot, facts, now_ms, **options):  # type: ignore[no-untyped-def]
         if any(getattr(f, "kind", "") == "input" for f in facts):
             raise KeyError("injected fault")
-        return real_advance(snapshot, facts, now_ms)
+        return real_advance(snapshot, facts, now_ms, **options)
 
     monkeypatch.setattr(run_module.engine, "advance", faulty)
     wf = make_workflow([node("a", requestUserInput=True)], [])

@@ -106,6 +106,7 @@ def test_every_patch_the_workflow_asks_is_covered_by_the_epoch() -> None:
         run_module.FAILED_START_NOTICES,
         run_module.ACTIONS_DELIVERED,
         run_module.LEAN_ATTRIBUTES,
+        run_module.SCHEDULE_EACH_FACT,
         calls.TOOL_RECEIPTS,
         calls.TOOL_POOL,
         calls.HANDOFF_IN_TURN,

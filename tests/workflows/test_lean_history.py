@@ -25,6 +25,17 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 LONG_PROMPT = "You check the plan against the house rules. " * 400
 
 
+async def _completed_dag(harness: Harness) -> tuple[str, Any, Any]:
+    """A run of `bench.scale.dag()`, scripted to echo, completed: its id, result and history."""
+    from bench.scale import dag
+
+    harness.script({}, exhausted="echo")
+    run_id = await harness.start(dag(), entrypoint="bench")
+    result = await harness.result(run_id)
+    assert result.status == "completed", result
+    return run_id, result, await harness.handle(run_id).fetch_history()
+
+
 def _turn_inputs(history: Any) -> list[tuple[int, dict[str, Any]]]:
     """Each model turn's input as history holds it, with its size in bytes."""
     return [(size, value) for _, size, value in breakdown(history).of("model_turn input")]
@@ -193,13 +204,7 @@ async def test_a_store_that_lost_the_workflow_gets_it_inline(
 async def test_a_dags_calls_name_what_the_run_store_holds_of_their_input(
     harness: Harness,
 ) -> None:
-    from bench.scale import dag
-
-    harness.script({}, exhausted="echo")
-    run_id = await harness.start(dag(), entrypoint="bench")
-    result = await harness.result(run_id)
-    assert result.status == "completed", result
-    history = await harness.handle(run_id).fetch_history()
+    run_id, _, history = await _completed_dag(harness)
     found = breakdown(history)
     assert not any(v.get("refs_missing") for _, _, v in found.of("model_turn result"))
     by_node = {c.call_node(v["call_id"]): v for _, v in _turn_inputs(history)}
@@ -297,15 +302,10 @@ async def test_a_priced_reply_carries_its_cost(harness: Harness) -> None:
 
 
 async def test_a_dags_history_leaves_out_what_the_workflow_works_out(harness: Harness) -> None:
-    from bench.scale import dag
     from openflow.engine.events import NodeCompleted
     from openflow.engine.policy import HARNESS_SUBMIT
 
-    harness.script({}, exhausted="echo")
-    run_id = await harness.start(dag(), entrypoint="bench")
-    result = await harness.result(run_id)
-    assert result.status == "completed", result
-    history = await harness.handle(run_id).fetch_history()
+    run_id, result, history = await _completed_dag(harness)
     found = breakdown(history)
     # The run's result: its outputs, not its run id (the workflow id says it).
     ended = history.events[-1].workflow_execution_completed_event_attributes

@@ -401,10 +401,11 @@ class TurnHandoff(OmitDefaults, _Model):
 
 class ModelTurnInput(OmitDefaults, _Model):
     """One model call. `run_id` may be left empty: the activity takes its workflow id; so may
-    `node_id` when the call id names it (`model:<node>-<n>`, see `call_node`)."""
+    `call_id` when it is the activity's id (`turn-activity-ids`), and `node_id` when the
+    call id names it (`model:<node>-<n>`, see `call_node`)."""
 
     run_id: str = ""
-    call_id: str
+    call_id: str = ""
     node_id: str = ""
     model_attempt: int = 1
     turn_index: int = 0

@@ -68,6 +68,9 @@ PREPARE_LOCAL = "prepare-local"
 #: A model turn's result leaves out `handoff_stored`: the workflow works it out from the reply
 #: (the engine makes the manifest from the submission); runs recorded before read it.
 LEAN_TURN_RESULTS = "lean-turn-results"
+#: A model turn's activity id is its call's id, which its input leaves out (the activity
+#: reads it from `activity.info()`); runs recorded before let Temporal number the activity.
+TURN_ACTIVITY_IDS = "turn-activity-ids"
 
 
 def finished(
@@ -266,10 +269,14 @@ async def model_turn(
         purpose="review" if intent.purpose == "review" else "node",
         handoff=turn_handoff(snapshot, intent) if intent.purpose == "node" else None,
     )
+    # A call id is the engine's, new for every call of the run: no other activity of the run
+    # has it, pending or not.
+    by_id = patches.on(TURN_ACTIVITY_IDS)
     try:
         result = await workflow.execute_activity_method(
             ModelTurnActivity.model_turn,
-            arg,
+            arg.model_copy(update={"call_id": ""}) if by_id else arg,
+            activity_id=intent.call_id if by_id else None,
             start_to_close_timeout=MODEL_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=NO_RETRY,

@@ -24,7 +24,8 @@ async def _scheduled(harness: Harness, run_id: str) -> list[tuple[str, str]]:
         attrs = event.activity_task_scheduled_event_attributes
         call = ""
         if attrs.activity_type.name == "model_turn":
-            call = json.loads(attrs.input.payloads[0].data)["call_id"]
+            # The call's id, or the activity's id when that is it.
+            call = json.loads(attrs.input.payloads[0].data).get("call_id") or attrs.activity_id
         found.append((attrs.activity_type.name, call))
     return found
 

@@ -231,6 +231,22 @@ async def test_a_dags_calls_name_what_the_run_store_holds_of_their_input(
     await harness.replay(run_id)
 
 
+async def test_a_turns_call_id_travels_once_as_its_activity_id(harness: Harness) -> None:
+    run_id, _, history = await _completed_dag(harness)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    ids = [a.activity_id for a in scheduled]
+    assert [c.call_node(i) for i in ids] == ["root", "left", "right", "__post_run_review"]
+    assert not any("call_id" in json.loads(a.input.payloads[0].data) for a in scheduled)
+    # The activity took its call from its id: each node's reply went to its transcript.
+    for node_id in ("root", "left", "right"):
+        assert (harness.home / "runs" / run_id / c.transcript_key(node_id)).exists()
+    await harness.replay(run_id)
+
+
 async def _written(path: Path, timeout: float = 10.0) -> None:
     """Wait for a file written in the background."""
     loop = asyncio.get_running_loop()

@@ -148,7 +148,10 @@ def _with_call_id(event: Any, where: str, value: Any) -> Any:
     leaves it out (`turn-activity-ids`)."""
     if where != "model_turn input" or not isinstance(value, dict) or "call_id" in value:
         return value
-    return {"call_id": event.activity_task_scheduled_event_attributes.activity_id, **value}
+    from openflow.contracts import activity_call_id
+
+    activity_id = event.activity_task_scheduled_event_attributes.activity_id
+    return {"call_id": activity_call_id(activity_id), **value}
 
 
 def breakdown(history: WorkflowHistory) -> Breakdown:

@@ -401,7 +401,7 @@ class TurnHandoff(OmitDefaults, _Model):
 
 class ModelTurnInput(OmitDefaults, _Model):
     """One model call. `run_id` may be left empty: the activity takes its workflow id; so may
-    `call_id` when it is the activity's id (`turn-activity-ids`), and `node_id` when the
+    `call_id` when the activity's id names it (`activity_call_id`), and `node_id` when the
     call id names it (`model:<node>-<n>`, see `call_node`)."""
 
     run_id: str = ""
@@ -493,6 +493,23 @@ class ToolBatchResult(OmitDefaults, _Model):
 
 def _segment(text: str) -> str:
     return quote(text, safe="-_.")
+
+
+#: What every model call's id begins with (`model:<node>-<n>`).
+CALL_PREFIX = "model:"
+
+
+def turn_activity_id(call_id: str) -> str | None:
+    """The activity id of the model turn that makes the call `call_id` (`turn-activity-ids`):
+    the call's id without `CALL_PREFIX` (never a number: Temporal's own ids are); None for a
+    call id of another shape, which the turn's input carries."""
+    rest = call_id.removeprefix(CALL_PREFIX)
+    return rest if rest != call_id and "-" in rest else None
+
+
+def activity_call_id(activity_id: str) -> str:
+    """The call a model turn makes whose input leaves its id out: its activity id's."""
+    return CALL_PREFIX + activity_id
 
 
 def call_node(call_id: str) -> str:
@@ -912,6 +929,7 @@ class WebhookResult(_Model):
 
 
 __all__ = [
+    "CALL_PREFIX",
     "HEADER_PARTS_KEY",
     "TOOL_SETS",
     "parts_digest",
@@ -930,8 +948,10 @@ __all__ = [
     "WebhookRef",
     "WebhookResult",
     "RUN_FOLDER_MISSING",
+    "activity_call_id",
     "call_node",
     "transcript_key",
+    "turn_activity_id",
     "ToolResultWire",
     "batch_key",
     "receipt_key",

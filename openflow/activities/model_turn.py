@@ -154,9 +154,9 @@ class ModelTurnActivity:
     async def _model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
         if not inp.run_id or not inp.node_id or not inp.call_id:
             # What the input leaves out, its activity says: the run, and the call when the
-            # call is the activity's id.
+            # activity's id names it.
             info = activity.info()
-            call_id = inp.call_id or info.activity_id
+            call_id = inp.call_id or c.activity_call_id(info.activity_id)
             inp = inp.model_copy(
                 update={
                     "run_id": inp.run_id or info.workflow_id,

@@ -68,8 +68,9 @@ PREPARE_LOCAL = "prepare-local"
 #: A model turn's result leaves out `handoff_stored`: the workflow works it out from the reply
 #: (the engine makes the manifest from the submission); runs recorded before read it.
 LEAN_TURN_RESULTS = "lean-turn-results"
-#: A model turn's activity id is its call's id, which its input leaves out (the activity
-#: reads it from `activity.info()`); runs recorded before let Temporal number the activity.
+#: A model turn's activity id names its call (`contracts.turn_activity_id`), which its input
+#: leaves out (the activity reads it from `activity.info()`); runs recorded before let
+#: Temporal number the activity.
 TURN_ACTIVITY_IDS = "turn-activity-ids"
 
 
@@ -271,12 +272,12 @@ async def model_turn(
     )
     # A call id is the engine's, new for every call of the run: no other activity of the run
     # has it, pending or not.
-    by_id = patches.on(TURN_ACTIVITY_IDS)
+    activity_id = c.turn_activity_id(intent.call_id) if patches.on(TURN_ACTIVITY_IDS) else None
     try:
         result = await workflow.execute_activity_method(
             ModelTurnActivity.model_turn,
-            arg.model_copy(update={"call_id": ""}) if by_id else arg,
-            activity_id=intent.call_id if by_id else None,
+            arg.model_copy(update={"call_id": ""}) if activity_id else arg,
+            activity_id=activity_id,
             start_to_close_timeout=MODEL_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=NO_RETRY,

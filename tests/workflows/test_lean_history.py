@@ -239,7 +239,12 @@ async def test_a_turns_call_id_travels_once_as_its_activity_id(harness: Harness)
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
     ids = [a.activity_id for a in scheduled]
-    assert [c.call_node(i) for i in ids] == ["root", "left", "right", "__post_run_review"]
+    assert [c.call_node(c.activity_call_id(i)) for i in ids] == [
+        "root",
+        "left",
+        "right",
+        "__post_run_review",
+    ]
     assert not any("call_id" in json.loads(a.input.payloads[0].data) for a in scheduled)
     # The activity took its call from its id: each node's reply went to its transcript.
     for node_id in ("root", "left", "right"):

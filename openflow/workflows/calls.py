@@ -117,10 +117,10 @@ async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
         update["active_provider"] = result.provider
     if result.workflow is None:
         update["workflow"] = c.settled_workflow(inp.workflow, result.provider)
-    if result.run_folder:
+    if result.run_folder or result.run_home:
         # The store's own folder for the run, named without the run's id.
         update["execution_dir"] = result.folder(inp.run_id)
-        update["run_folder"] = ""
+        update["run_folder"] = update["run_home"] = ""
     elif not result.execution_dir:
         # Left out when the run works in its project (results before always named it).
         update["execution_dir"] = inp.project_dir or ""

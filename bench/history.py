@@ -42,7 +42,8 @@ class Breakdown:
     payloads: Counter[str] = field(default_factory=Counter)
     #: Payload bytes by `<where> .<top-level field>` (a JSON object's fields).
     fields: Counter[str] = field(default_factory=Counter)
-    #: Each activity input and result as it travelled: (where, event id, bytes, JSON value).
+    #: Each activity input and result as it travelled: (where, event id, bytes, JSON value);
+    #: a model turn's input with its call's id when that travelled as its activity id.
     items: list[tuple[str, int, int, Any]] = field(default_factory=list)
     #: ACTIVITY_TASK_SCHEDULED bytes by part (`input data` the payloads' data alone).
     scheduled: Counter[str] = field(default_factory=Counter)
@@ -142,6 +143,17 @@ def _scheduled_parts(event: Any, size: int, into: Counter[str]) -> None:
     into["events"] += 1
 
 
+def _with_call_id(event: Any, where: str, value: Any) -> Any:
+    """A model turn's input with its call's id, which its activity id carries when the input
+    leaves it out (`turn-activity-ids`)."""
+    if where != "model_turn input" or not isinstance(value, dict) or "call_id" in value:
+        return value
+    from openflow.contracts import activity_call_id
+
+    activity_id = event.activity_task_scheduled_event_attributes.activity_id
+    return {"call_id": activity_call_id(activity_id), **value}
+
+
 def breakdown(history: WorkflowHistory) -> Breakdown:
     """Measure a history: each event's bytes, and each payload by where it travels."""
     out = Breakdown()
@@ -171,13 +183,13 @@ def breakdown(history: WorkflowHistory) -> Breakdown:
                 # A local activity's marker: its result, and what the SDK records of the call.
                 where = f"{local} result" if payload == result else "local marker"
             out.payloads[where] += n
-            if attr in _ACTIVITY or where == f"{local} result":
-                out.items.append((where, event.event_id, n, value))
             if isinstance(value, dict):
                 for key, item in value.items():
                     out.fields[f"{where} .{key}"] += len(
                         json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode()
                     )
+            if attr in _ACTIVITY or where == f"{local} result":
+                out.items.append((where, event.event_id, n, _with_call_id(event, where, value)))
     return out
 
 

@@ -99,10 +99,14 @@ async def measure(runs: int, rounds: int, counted: bool) -> dict[str, Any]:
     def through_history(value: Any) -> Any:
         return converter.from_payloads(converter.to_payloads([value]), [type(value)])[0]
 
-    async def execute(method: Any, arg: Any, **_: Any) -> Any:
+    async def execute(method: Any, arg: Any, activity_id: str | None = None, **_: Any) -> Any:
         inp = through_history(arg)
         if method.__name__ == "model_turn":
-            inp = inp.model_copy(update={"run_id": runs_now["id"]})
+            # What its activity's info would say: the run, and the call its id names.
+            update = {"run_id": runs_now["id"]}
+            if not inp.call_id and activity_id:
+                update["call_id"] = c.activity_call_id(activity_id)
+            inp = inp.model_copy(update=update)
             result = await acts.model_turn.model_turn(inp)
         elif method.__name__ == "prepare_run":
             result = await acts.prepare_run.prepare_run(inp)

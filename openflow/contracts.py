@@ -235,6 +235,10 @@ class PrepareInput(OmitDefaults, _Model):
         return handler(value) if value is None else without_defaults(value, handler(value))
 
 
+#: The run's own folder under the run store's home, the run's id as `*` (`PrepareResult.run_home`).
+RUN_HOME_FOLDER = "/runs/*/workspace"
+
+
 class PrepareResult(OmitDefaults, _Model):
     """The workflow as the run will see it, its providers' kinds, the tools it offers.
 
@@ -255,11 +259,14 @@ class PrepareResult(OmitDefaults, _Model):
     #: Sorted; in JSON a known set of them travels as its name (`TOOL_SETS`).
     tool_names: list[str]
     #: "" when it is the run's project folder (`PrepareInput.project_dir`) or `run_folder`
-    #: names it.
+    #: or `run_home` names it.
     execution_dir: str = ""
     #: The run's own folder as the run store makes every run's, the run's id as `*`
     #: (`<home>/runs/*/workspace`, `<workspaces>/*`): `execution_dir` is it with the run's id.
     run_folder: str = ""
+    #: `<home>` when the run's own folder is `<home>/runs/<run id>/workspace` (`RUN_HOME_FOLDER`),
+    #: instead of `run_folder` (results before name `run_folder`).
+    run_home: str = ""
     #: MCP tools whose server is marked `read`: approval treats their calls as reads.
     read_tools: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
@@ -291,7 +298,9 @@ class PrepareResult(OmitDefaults, _Model):
 
     def folder(self, run_id: str) -> str:
         """The run's execution folder ("" for its project): `execution_dir`, or `run_folder`
-        with the run's id."""
+        or `run_home`'s with the run's id."""
+        if self.run_home:
+            return self.run_home + RUN_HOME_FOLDER.replace("*", run_id, 1)
         if self.run_folder:
             return self.run_folder.replace("*", run_id, 1)
         return self.execution_dir
@@ -401,10 +410,11 @@ class TurnHandoff(OmitDefaults, _Model):
 
 class ModelTurnInput(OmitDefaults, _Model):
     """One model call. `run_id` may be left empty: the activity takes its workflow id; so may
-    `node_id` when the call id names it (`model:<node>-<n>`, see `call_node`)."""
+    `call_id` when the activity's id names it (`activity_call_id`), and `node_id` when the
+    call id names it (`model:<node>-<n>`, see `call_node`)."""
 
     run_id: str = ""
-    call_id: str
+    call_id: str = ""
     node_id: str = ""
     model_attempt: int = 1
     turn_index: int = 0
@@ -492,6 +502,23 @@ class ToolBatchResult(OmitDefaults, _Model):
 
 def _segment(text: str) -> str:
     return quote(text, safe="-_.")
+
+
+#: What every model call's id begins with (`model:<node>-<n>`).
+CALL_PREFIX = "model:"
+
+
+def turn_activity_id(call_id: str) -> str | None:
+    """The activity id of the model turn that makes the call `call_id` (`turn-activity-ids`):
+    the call's id without `CALL_PREFIX` (never a number: Temporal's own ids are); None for a
+    call id of another shape, which the turn's input carries."""
+    rest = call_id.removeprefix(CALL_PREFIX)
+    return rest if rest != call_id and "-" in rest else None
+
+
+def activity_call_id(activity_id: str) -> str:
+    """The call a model turn makes whose input leaves its id out: its activity id's."""
+    return CALL_PREFIX + activity_id
 
 
 def call_node(call_id: str) -> str:
@@ -911,7 +938,9 @@ class WebhookResult(_Model):
 
 
 __all__ = [
+    "CALL_PREFIX",
     "HEADER_PARTS_KEY",
+    "RUN_HOME_FOLDER",
     "TOOL_SETS",
     "parts_digest",
     "settled_workflow",
@@ -929,8 +958,10 @@ __all__ = [
     "WebhookRef",
     "WebhookResult",
     "RUN_FOLDER_MISSING",
+    "activity_call_id",
     "call_node",
     "transcript_key",
+    "turn_activity_id",
     "ToolResultWire",
     "batch_key",
     "receipt_key",

@@ -152,11 +152,15 @@ class ModelTurnActivity:
             raise
 
     async def _model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
-        if not inp.run_id or not inp.node_id:
+        if not inp.run_id or not inp.node_id or not inp.call_id:
+            # What the input leaves out, its activity says: the run, and the call when the
+            # activity's id names it.
+            call_id = inp.call_id or c.activity_call_id(activity.info().activity_id)
             inp = inp.model_copy(
                 update={
                     "run_id": inp.run_id or activity.info().workflow_id,
-                    "node_id": inp.node_id or c.call_node(inp.call_id),
+                    "call_id": call_id,
+                    "node_id": inp.node_id or c.call_node(call_id),
                 }
             )
         try:

@@ -498,6 +498,12 @@ def _folder(inp: c.PrepareInput, execution_dir: str) -> dict[str, str]:
         at = parts.index(inp.run_id)
         if at >= len(parts) - 2:
             pattern = str(PurePosixPath(*parts[:at], "*", *parts[at + 1 :]))
+            home = pattern.removesuffix(c.RUN_HOME_FOLDER)
+            if home and home != pattern and "*" not in home:
+                # The run store's own layout: its home says it.
+                found = c.PrepareResult(profiles={}, tool_names=[], run_home=home)
+                if found.folder(inp.run_id) == execution_dir:
+                    return {"run_home": home}
             if pattern.replace("*", inp.run_id, 1) == execution_dir:
                 return {"run_folder": pattern}
     return {"execution_dir": execution_dir}

@@ -20,7 +20,13 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_validator,
+)
 
 from openflow.engine.handoff import handoff_key, handoff_manifest
 from openflow.engine.state import RunSnapshot
@@ -64,8 +70,34 @@ class InputRecipe(OmitDefaults, BaseModel):
 
     base: str = ""
     patch: dict[str, Any] | None = None
+    #: In JSON, an upstream entry's reference that is the recipe's `i`-th leaves out its
+    #: place when it is `("upstream", i)` (recipes recorded before always name it).
     refs: tuple[InputRef, ...] = ()
     outputs: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _places(cls, data: Any) -> Any:
+        refs = data.get("refs") if isinstance(data, dict) else None
+        if not isinstance(refs, list | tuple) or all(
+            not isinstance(ref, dict) or "at" in ref for ref in refs
+        ):
+            return data
+        placed = [
+            {**ref, "at": ("upstream", i)} if isinstance(ref, dict) and "at" not in ref else ref
+            for i, ref in enumerate(refs)
+        ]
+        return {**data, "refs": placed}
+
+    @field_serializer("refs", mode="wrap")
+    def _refs(self, refs: tuple[InputRef, ...], handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(refs)
+        if not isinstance(data, list):
+            return data
+        for i, (ref, dumped) in enumerate(zip(refs, data, strict=True)):
+            if ref.take == "entry" and ref.at == ("upstream", i) and isinstance(dumped, dict):
+                dumped.pop("at", None)
+        return data
 
 
 # --- what differs from a foretold input ------------------------------------------------

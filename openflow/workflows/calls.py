@@ -68,6 +68,10 @@ PREPARE_LOCAL = "prepare-local"
 #: A model turn's result leaves out `handoff_stored`: the workflow works it out from the reply
 #: (the engine makes the manifest from the submission); runs recorded before read it.
 LEAN_TURN_RESULTS = "lean-turn-results"
+#: A model turn's activity id names its call (`contracts.turn_activity_id`), which its input
+#: leaves out (the activity reads it from `activity.info()`); runs recorded before let
+#: Temporal number the activity.
+TURN_ACTIVITY_IDS = "turn-activity-ids"
 
 
 def finished(
@@ -113,10 +117,10 @@ async def prepare_run(inp: c.RunInput) -> c.PrepareResult:
         update["active_provider"] = result.provider
     if result.workflow is None:
         update["workflow"] = c.settled_workflow(inp.workflow, result.provider)
-    if result.run_folder:
+    if result.run_folder or result.run_home:
         # The store's own folder for the run, named without the run's id.
         update["execution_dir"] = result.folder(inp.run_id)
-        update["run_folder"] = ""
+        update["run_folder"] = update["run_home"] = ""
     elif not result.execution_dir:
         # Left out when the run works in its project (results before always named it).
         update["execution_dir"] = inp.project_dir or ""
@@ -266,10 +270,14 @@ async def model_turn(
         purpose="review" if intent.purpose == "review" else "node",
         handoff=turn_handoff(snapshot, intent) if intent.purpose == "node" else None,
     )
+    # A call id is the engine's, new for every call of the run: no other activity of the run
+    # has it, pending or not.
+    activity_id = c.turn_activity_id(intent.call_id) if patches.on(TURN_ACTIVITY_IDS) else None
     try:
         result = await workflow.execute_activity_method(
             ModelTurnActivity.model_turn,
-            arg,
+            arg.model_copy(update={"call_id": ""}) if activity_id else arg,
+            activity_id=activity_id,
             start_to_close_timeout=MODEL_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=NO_RETRY,

@@ -52,6 +52,12 @@ EPOCHS: tuple[tuple[str, frozenset[str]], ...] = (
         "epoch-4",
         _EPOCH_1 | {"prepare-local", "lean-turn-results", "schedule-each-fact"},
     ),
+    # A model turn's activity id is its call's id (its input leaves the call id out).
+    (
+        "epoch-5",
+        _EPOCH_1
+        | {"prepare-local", "lean-turn-results", "schedule-each-fact", "turn-activity-ids"},
+    ),
 )
 
 #: What each workflow object's epoch covers (empty: it started before the epochs).

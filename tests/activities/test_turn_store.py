@@ -149,6 +149,23 @@ def test_a_model_call_id_names_its_conversation(call_id: str, node: str) -> None
     assert c.call_node(call_id) == node
 
 
+@pytest.mark.parametrize(
+    ("call_id", "activity_id"),
+    [
+        ("model:busy-7", "busy-7"),
+        ("model:__post_run_review-4", "__post_run_review-4"),
+        ("model:a:b-3", "a:b-3"),
+        ("repair:busy-4", None),
+        ("model:7", None),
+    ],
+)
+def test_a_model_turns_activity_id_names_its_call(call_id: str, activity_id: str | None) -> None:
+    """Never a number (Temporal numbers the other activities), and the call's id again."""
+    assert c.turn_activity_id(call_id) == activity_id
+    if activity_id is not None:
+        assert c.activity_call_id(activity_id) == call_id
+
+
 async def test_reads_that_cannot_run_at_once_are_left_to_their_own_batch(
     acts: Activities, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from openflow.engine import advance as engine
 from openflow.engine.handoff import HandoffFile, handoff_file
 from openflow.engine.headers import by_reference, expected_parts, header_set, part_digest
-from openflow.engine.recipes import InputRecipe, apply, diff, foretold, input_recipe, resolve
+from openflow.engine.recipes import (
+    InputRecipe,
+    InputRef,
+    apply,
+    diff,
+    foretold,
+    input_recipe,
+    resolve,
+)
 from openflow.engine.review import REVIEW_NODE
 from openflow.engine.state import HandoffStored, Intent, WriteHandoff
 from tests.engine.driver import TOOL_NAMES, Driver, agent_node, ok_summary, submit, workflow
@@ -172,6 +180,27 @@ def test_a_patch_keeps_key_order_and_number_types(base: Any, value: Any) -> None
 
 def test_a_recipe_leaves_out_its_defaults() -> None:
     assert InputRecipe().model_dump(mode="json") == {}
+
+
+def test_an_upstream_reference_in_its_own_place_leaves_the_place_out() -> None:
+    recipe = InputRecipe(
+        refs=(
+            InputRef(at=("upstream", 0), node="a"),
+            InputRef(at=("upstream", 2), node="b"),
+            InputRef(at=("upstream", 2, "handoff"), node="c", take="manifest"),
+        )
+    )
+    data = recipe.model_dump(mode="json")
+    assert data["refs"] == [
+        {"node": "a"},
+        {"at": ["upstream", 2], "node": "b"},
+        {"at": ["upstream", 2, "handoff"], "node": "c", "take": "manifest"},
+    ]
+    assert InputRecipe.model_validate(data) == recipe
+    assert InputRecipe.model_validate_json(recipe.model_dump_json()) == recipe
+    # A recipe recorded before names every place.
+    old = {"refs": [{"at": ["upstream", 0], "node": "a"}]}
+    assert InputRecipe.model_validate(old).refs == recipe.refs[:1]
 
 
 def test_a_markdown_handoffs_manifest_comes_from_its_file() -> None:

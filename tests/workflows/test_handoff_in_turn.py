@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from openflow import contracts as c
 from tests.workflows.conftest import Harness, make_workflow, node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -24,7 +25,9 @@ async def _scheduled(harness: Harness, run_id: str) -> list[tuple[str, str]]:
         attrs = event.activity_task_scheduled_event_attributes
         call = ""
         if attrs.activity_type.name == "model_turn":
-            call = json.loads(attrs.input.payloads[0].data)["call_id"]
+            # The call's id, or the activity's when that names it.
+            data = json.loads(attrs.input.payloads[0].data)
+            call = data.get("call_id") or c.activity_call_id(attrs.activity_id)
         found.append((attrs.activity_type.name, call))
     return found
 

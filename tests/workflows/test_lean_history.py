@@ -119,7 +119,10 @@ async def test_a_store_that_lost_the_parts_gets_the_header_inline(
 
 
 #: What a typical run's history may weigh against bare Temporal's with the same activities.
-MAX_RATIO = 2.1
+MAX_RATIO = 2.0
+#: Typical runs measured on each side: whether two activities that finish together are taken
+#: in one workflow task or two is timing, on either side, and costs a task's three events.
+TYPICAL_RUNS = 3
 
 
 async def test_a_typical_runs_history_is_near_a_bare_workflows(
@@ -132,13 +135,16 @@ async def test_a_typical_runs_history_is_near_a_bare_workflows(
 
     harness = Harness(client, task_queue, openflow_home)
     harness.script({}, exhausted="echo")
+    typical: list[str] = []
     async with build_worker(client, task_queue, openflow_home):
-        # A worker's second run of a workflow is the typical one: what it worked out for the
-        # first is shared, and must fit the second run just as well.
-        for _ in range(2):
+        # A worker's runs of a workflow after its first are the typical ones: what it worked
+        # out for the first is shared, and must fit the runs after it just as well.
+        for i in range(1 + TYPICAL_RUNS):
             run_id = await harness.start(dag(), entrypoint="bench")
             result = await harness.result(run_id)
             assert result.status == "completed", result
+            if i:
+                typical.append(run_id)
     ours = await harness.handle(run_id).fetch_history()
     turns = _turn_inputs(ours)
     assert turns and all(v.get("header_set") and "header_rest" not in v for _, v in turns)
@@ -151,18 +157,26 @@ async def test_a_typical_runs_history_is_near_a_bare_workflows(
         activities=[noop],
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):
-        handle = await client.start_workflow(
-            BareDag.run, DAG_LAYERS, id=f"bare-{run_id}", task_queue=queue
-        )
-        assert await handle.result() == DAG_ACTIVITIES
-    bare = await handle.fetch_history()
+        bare = []
+        for typical_id in typical:
+            handle = await client.start_workflow(
+                BareDag.run, DAG_LAYERS, id=f"bare-{typical_id}", task_queue=queue
+            )
+            assert await handle.result() == DAG_ACTIVITIES
+            bare.append(await handle.fetch_history())
     scheduled = [e for e in ours.events if e.HasField("activity_task_scheduled_event_attributes")]
     # The start prepares in a local activity: history holds its outcome, not its input.
     assert len(scheduled) == DAG_ACTIVITIES - 1
     assert len(breakdown(ours).of("prepare_run result")) == 1
     # The workflow travels once, in the start's input.
     assert not breakdown(ours).of("prepare_run input")
-    ratio = breakdown(ours).total / breakdown(bare).total
+    ours_bytes = sum(
+        [
+            breakdown(await harness.handle(typical_id).fetch_history()).total
+            for typical_id in typical
+        ]
+    )
+    ratio = ours_bytes / sum(breakdown(history).total for history in bare)
     assert ratio <= MAX_RATIO, f"history is {ratio:.2f}x bare's"
 
 
@@ -228,6 +242,27 @@ async def test_a_dags_calls_name_what_the_run_store_holds_of_their_input(
         stored = harness.home / "runs" / run_id / "headers" / f"{turn['header_digest']}.json"
         await _written(stored)
         assert hashlib.sha256(stored.read_bytes()).hexdigest()[:16] == turn["header_digest"]
+    await harness.replay(run_id)
+
+
+async def test_a_turns_call_id_travels_once_as_its_activity_id(harness: Harness) -> None:
+    run_id, _, history = await _completed_dag(harness)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    ids = [a.activity_id for a in scheduled]
+    assert [c.call_node(c.activity_call_id(i)) for i in ids] == [
+        "root",
+        "left",
+        "right",
+        "__post_run_review",
+    ]
+    assert not any("call_id" in json.loads(a.input.payloads[0].data) for a in scheduled)
+    # The activity took its call from its id: each node's reply went to its transcript.
+    for node_id in ("root", "left", "right"):
+        assert (harness.home / "runs" / run_id / c.transcript_key(node_id)).exists()
     await harness.replay(run_id)
 
 

@@ -163,3 +163,25 @@ def test_the_workers_own_tools_are_a_known_set() -> None:
     dumped = json.loads(result.model_dump_json())
     assert len(dumped["tool_names"]) == 2
     assert c.PrepareResult.model_validate(dumped).tool_names == result.tool_names
+
+
+@pytest.mark.parametrize(
+    ("execution_dir", "named"),
+    [
+        ("/srv/of home/runs/r1/workspace", {"run_home": "/srv/of home"}),
+        ("/srv/workspaces/r1", {"run_folder": "/srv/workspaces/*"}),
+        ("/srv/runs/r1/other", {"execution_dir": "/srv/runs/r1/other"}),
+        ("/srv/project", {"execution_dir": ""}),
+    ],
+)
+def test_a_starts_result_names_the_runs_folder_in_few_bytes(
+    execution_dir: str, named: dict[str, str]
+) -> None:
+    """The run store's own folder by its home, another folder of the run's own by its pattern;
+    each reads back as the folder (results before name `run_folder` or the folder itself)."""
+    inp = c.PrepareInput(run_id="r1", project_dir="/srv/project")
+    assert prepare_run._folder(inp, execution_dir) == named
+    result = c.PrepareResult(profiles={}, tool_names=[], **named)
+    assert result.folder("r1") == (execution_dir if execution_dir != "/srv/project" else "")
+    old = c.PrepareResult(profiles={}, tool_names=[], run_folder="/srv/of home/runs/*/workspace")
+    assert old.folder("r1") == "/srv/of home/runs/r1/workspace"

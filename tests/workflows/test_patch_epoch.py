@@ -112,6 +112,7 @@ def test_every_patch_the_workflow_asks_is_covered_by_the_epoch() -> None:
         calls.HANDOFF_IN_TURN,
         calls.PREPARE_LOCAL,
         calls.LEAN_TURN_RESULTS,
+        calls.TURN_ACTIVITY_IDS,
         handlers.REQUIRED_FIELDS_PATCH,
         notices.WEBHOOKS,
     }

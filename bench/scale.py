@@ -21,7 +21,11 @@ defaults and no sandbox (as OpenFlowRun's do):
 - calls in flight: N runs with one model turn that takes D seconds (the scripted provider's
   `delay_ms`) against N bare workflows with one activity sleeping D seconds, cap lifted;
 - paused runs: the worker's RSS growth holding N runs waiting for a person (bare: waiting on a
-  signal), and the rate at which answering them all by signal completes them.
+  signal), and the rate at which answering them all by signal completes them. A run whose
+  turns a saturated worker lost (its heartbeats late) fails its node after the engine's
+  retries and pauses for a retry instead; once answered, it asks again from its first
+  scripted turn. The bench retries and answers such runs until they complete, and counts
+  the retries it needed ("retries after lost turns").
 
 The machine may be shared: compare the ratios, which interleaving keeps fair, not the
 absolute figures.
@@ -678,6 +682,48 @@ async def in_flight(bench: Bench, side: str, n: int, delay_s: float, out: Figure
     out.values["workflow task timeouts (in flight)"] = sum(f.wft_timeouts for f in facts)
 
 
+async def drive_paused(
+    client: Client, queue: str, ids: list[str], node_id: str = "busy", timeout: float = 600
+) -> int:
+    """Until every run of `ids` completes, answer again the ones that paused again, and
+    retry the ones whose node failed; how many retries that took.
+
+    A node whose model turns a saturated worker lost (their heartbeats late) fails after the
+    engine's retries (`retry_lost`), and the run pauses for a retry, which the visibility
+    status tells apart from a question no more than an input does: an input retries such a
+    node, and the script starts over from its question, so the run pauses again. Raises,
+    saying what the runs wait on, when they do not complete within `timeout` seconds.
+    """
+    runs = Runs(client, queue)
+    running = f'TaskQueue="{queue}" AND ExecutionStatus="Running"'
+    paused_again = f'{running} AND {c.SA_STATUS}="paused"'
+    deadline = time.monotonic() + timeout
+    retries, last, since = 0, -1, time.monotonic()
+    while (left := (await client.count_workflows(running)).count) > 0:
+        if time.monotonic() > deadline:
+            waits = [
+                f"{wf.id}: {dict((await runs.state(wf.id)).status_by_node)}"
+                async for wf in client.list_workflows(paused_again, limit=3)
+            ]
+            raise RuntimeError(f"{left} runs did not complete in {timeout:.0f} s: {waits}")
+        if left != last:
+            last, since = left, time.monotonic()
+        elif time.monotonic() - since > 2:
+            # No run completed for two seconds: the ones left wait on a person again.
+            since = time.monotonic()
+            async for wf in client.list_workflows(paused_again):
+                status = (await runs.state(wf.id)).status_by_node.get(node_id)
+                handle = client.get_workflow_handle(wf.id)
+                if status in ("failed", "interrupted"):
+                    retries += 1
+                    await handle.signal(c.SIGNAL_RETRY, {"node_id": node_id})
+                elif status == "awaiting_input":
+                    await handle.signal(c.SIGNAL_INPUT, {"node_id": node_id, "text": "that one"})
+        await asyncio.sleep(0.25)
+    await wait_all(client, ids)
+    return retries
+
+
 async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
     ours = side != "bare"
 
@@ -685,7 +731,7 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
         query = f'TaskQueue="{queue}" AND {c.SA_STATUS}="paused"'
         return (await bench.client.count_workflows(query)).count
 
-    async def work(queue: str, proc: WorkerProcess) -> tuple[float, float]:
+    async def work(queue: str, proc: WorkerProcess) -> tuple[float, float, int]:
         if ours:
             write_scripted_settings(
                 bench.home,
@@ -717,12 +763,17 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
 
         began = time.perf_counter()
         await asyncio.gather(*(answer(i) for i in ids))
-        await wait_all(bench.client, ids)
-        return per_run, n / (time.perf_counter() - began)
+        if ours:
+            retries = await drive_paused(bench.client, queue, ids)
+        else:
+            await wait_all(bench.client, ids)
+            retries = 0
+        return per_run, n / (time.perf_counter() - began), retries
 
-    (per_run, rate), _, _, _ = await bench.measured(side, None, work)
+    (per_run, rate, retries), _, _, _ = await bench.measured(side, None, work)
     out.values["memory KB/paused run"] = per_run / 1024
     out.values["answers/s"] = rate
+    out.values["retries after lost turns (paused)"] = retries
 
 
 def _progress(text: str) -> None:

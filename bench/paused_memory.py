@@ -363,9 +363,9 @@ async def answer_all(client: Client, queue: str, ids: list[str], bare: bool) -> 
         await wait_all(client, ids)
     else:
         # Runs whose turns the loaded worker lost pause again (`bench.scale.drive_paused`).
-        retries = await drive_paused(client, queue, ids)
-        if retries:
-            print(f"answered: {retries} nodes retried after turns lost under load")
+        again = await drive_paused(client, queue, ids)
+        if again:
+            print(f"answered {again} runs again: their turns were lost under load")
 
 
 def main(argv: list[str] | None = None) -> int:

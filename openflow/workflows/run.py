@@ -255,7 +255,9 @@ class OpenFlowRun:
         # The first plan's intents (a whole request header) and snapshot are not kept either,
         # nor what only the start read of the input the SDK keeps.
         del plan
-        inp.snapshot, inp.events, inp.pending_intents, inp.continuation = None, [], [], None
+        if inp.snapshot is not None or inp.events or inp.pending_intents or inp.continuation:
+            # (A new run's input has none of them: setting them would only grow its fields set.)
+            inp.snapshot, inp.events, inp.pending_intents, inp.continuation = None, [], [], None
         while not self._finished():
             try:
                 if self._deferred is not None:

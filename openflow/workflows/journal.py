@@ -5,12 +5,13 @@ execution takes along.
 A paused run may wait for months in a worker's cache, so the journal holds its events as their
 JSON bytes (a fifth of what the event objects take) and decodes them only when a query or a
 notice needs the projection or the events themselves; while the run waits for a person, as
-one compressed block (`pack`).
+one compressed block, and the projection a query built as compressed bytes too (`pack`).
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import zlib
 from collections.abc import Iterable
 from typing import Any
@@ -45,6 +46,8 @@ class Journal:
         self.first_seq = 1
         self.previous_run_id: str | None = None
         self._state: WorkflowRunState | None = None
+        #: The projection, pickled and compressed while the run waits (it never leaves memory).
+        self._state_packed: bytes | None = None
         #: What the state starts from until a query first needs it: the carried state's JSON,
         #: or the run's origin (most runs are never queried while a worker holds them).
         self._seed: dict[str, Any] | _Origin | None = None
@@ -57,7 +60,7 @@ class Journal:
         self.record(events)
         self.first_seq = events[0].seq if events else inp.first_seq
         self.previous_run_id = inp.previous_run_id
-        self._state = None
+        self._state, self._state_packed = None, None
         if inp.state is not None:
             # The carried state already reflects the carried events.
             self._seed = inp.state
@@ -89,10 +92,14 @@ class Journal:
         return zlib.decompress(self._packed).split(b"\n")
 
     def pack(self) -> None:
-        """Hold the events as one compressed block until the next step records more."""
+        """Hold the events as one compressed block until the next step records more, and the
+        projection (once a query built it) as compressed bytes until it is next needed."""
         if self._packed is None and self._encoded:
             self._packed = zlib.compress(b"\n".join(self._encoded), 1)
             self._encoded = []
+        if self._state is not None:
+            data = pickle.dumps(self._state, protocol=pickle.HIGHEST_PROTOCOL)
+            self._state_packed, self._state = zlib.compress(data, 1), None
 
     @property
     def events(self) -> list[RunEvent]:
@@ -109,6 +116,10 @@ class Journal:
 
     def projection(self) -> WorkflowRunState:
         """The state projection, with every event recorded so far folded in."""
+        if self._state is None and self._state_packed is not None:
+            state = pickle.loads(zlib.decompress(self._state_packed))
+            assert isinstance(state, WorkflowRunState)
+            self._state, self._state_packed = state, None
         if self._state is None:
             self._state = self._initial()
         if self._projected < self._count:

@@ -108,11 +108,15 @@ def test_a_packed_journal_answers_alike_and_records_on() -> None:
     journal.record(events[:20])
     journal.pack()
     assert journal.after(0) == [e.model_dump(mode="json") for e in events[:20]]
+    assert journal.projection() is journal.projection()
     assert journal.events == events[:20]
     state = initial_state(wf.id, "r1", [n.id for n in wf.nodes], None)
     for event in events[:20]:
         state = apply_event(state, event)
     assert journal.projection().as_json() == state.as_json()
+    journal.pack()  # the projection a query built, packed too
+    assert journal.projection().as_json() == state.as_json()
+    journal.pack()
     journal.record(events[20:])
     journal.pack()
     for event in events[20:]:

@@ -42,6 +42,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from bench.floor import noop
 from bench.scale import (
     BarePaused,
+    drive_paused,
     embedded_bench,
     proc_rss,
     single,
@@ -286,7 +287,7 @@ async def measure(bare: bool, n: int, warm: int, top: int, frames: int) -> None:
             attribute(instances, baseline.ids)
             del baseline
             tracemalloc.stop()
-            await answer_all(bench.client, [*warm_ids, *untraced, *ids], bare)
+            await answer_all(bench.client, queue, [*warm_ids, *untraced, *ids], bare)
         finally:
             await worker.shutdown()
             await task
@@ -346,7 +347,7 @@ async def history_bytes(client: Client, ids: list[str], sample: int = 20) -> tup
     return sum(sizes) / len(sizes), sum(counts) / len(counts)
 
 
-async def answer_all(client: Client, ids: list[str], bare: bool) -> None:
+async def answer_all(client: Client, queue: str, ids: list[str], bare: bool) -> None:
     gate = asyncio.Semaphore(64)
 
     async def answer(run_id: str) -> None:
@@ -358,7 +359,13 @@ async def answer_all(client: Client, ids: list[str], bare: bool) -> None:
                 await handle.signal(c.SIGNAL_INPUT, {"node_id": "busy", "text": "that one"})
 
     await asyncio.gather(*(answer(i) for i in ids))
-    await wait_all(client, ids)
+    if bare:
+        await wait_all(client, ids)
+    else:
+        # Runs whose turns the loaded worker lost pause again (`bench.scale.drive_paused`).
+        again = await drive_paused(client, queue, ids)
+        if again:
+            print(f"answered {again} runs again: their turns were lost under load")
 
 
 def main(argv: list[str] | None = None) -> int:

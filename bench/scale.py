@@ -21,7 +21,11 @@ defaults and no sandbox (as OpenFlowRun's do):
 - calls in flight: N runs with one model turn that takes D seconds (the scripted provider's
   `delay_ms`) against N bare workflows with one activity sleeping D seconds, cap lifted;
 - paused runs: the worker's RSS growth holding N runs waiting for a person (bare: waiting on a
-  signal), and the rate at which answering them all by signal completes them.
+  signal), and the rate at which answering them all by signal completes them. A run whose
+  turns a saturated worker lost (its heartbeats late) fails its node after the engine's
+  retries and pauses for a retry instead; once answered, it asks again from its first
+  scripted turn. The bench answers such runs again until they complete, and counts the
+  answers it sent again ("answers again (turns lost)").
 
 The machine may be shared: compare the ratios, which interleaving keeps fair, not the
 absolute figures.
@@ -678,6 +682,45 @@ async def in_flight(bench: Bench, side: str, n: int, delay_s: float, out: Figure
     out.values["workflow task timeouts (in flight)"] = sum(f.wft_timeouts for f in facts)
 
 
+async def drive_paused(
+    client: Client, queue: str, ids: list[str], node_id: str = "busy", timeout: float = 600
+) -> int:
+    """Until every run of `ids` completes, answer again the ones that wait on a person again;
+    how many answers that took.
+
+    A node whose model turns a saturated worker lost (their heartbeats late) fails after the
+    engine's retries (`retry_lost`) and the run pauses for a retry, which its visibility
+    status tells apart from a question no better than the bench's answer does: the answer
+    retries the node, whose script starts over from its question, so the run pauses again.
+    Whether a run waits is read from the server (no workflow task or activity pending), not
+    by a query the busy worker would have to answer; an answer again retries a failed node
+    or answers its question. Raises, saying what the runs wait on, when they do not complete
+    within `timeout` seconds.
+    """
+    running = f'TaskQueue="{queue}" AND ExecutionStatus="Running"'
+    deadline = time.monotonic() + timeout
+    again, last, since = 0, -1, time.monotonic()
+    while (left := (await client.count_workflows(running)).count) > 0:
+        if time.monotonic() > deadline:
+            waiting = [wf.id async for wf in client.list_workflows(running, limit=3)]
+            raise RuntimeError(f"{left} runs did not complete in {timeout:.0f} s: {waiting}")
+        if left != last:
+            last, since = left, time.monotonic()
+        elif time.monotonic() - since > 5:
+            # No run completed for 5 s: answer the ones that wait on a person again.
+            since = time.monotonic()
+            async for wf in client.list_workflows(running):
+                handle = client.get_workflow_handle(wf.id)
+                raw = (await handle.describe()).raw_description
+                if raw.HasField("pending_workflow_task") or raw.pending_activities:
+                    continue
+                again += 1
+                await handle.signal(c.SIGNAL_INPUT, {"node_id": node_id, "text": "that one"})
+        await asyncio.sleep(0.25)
+    await wait_all(client, ids)
+    return again
+
+
 async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
     ours = side != "bare"
 
@@ -685,7 +728,7 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
         query = f'TaskQueue="{queue}" AND {c.SA_STATUS}="paused"'
         return (await bench.client.count_workflows(query)).count
 
-    async def work(queue: str, proc: WorkerProcess) -> tuple[float, float]:
+    async def work(queue: str, proc: WorkerProcess) -> tuple[float, float, int]:
         if ours:
             write_scripted_settings(
                 bench.home,
@@ -717,12 +760,17 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
 
         began = time.perf_counter()
         await asyncio.gather(*(answer(i) for i in ids))
-        await wait_all(bench.client, ids)
-        return per_run, n / (time.perf_counter() - began)
+        if ours:
+            again = await drive_paused(bench.client, queue, ids)
+        else:
+            await wait_all(bench.client, ids)
+            again = 0
+        return per_run, n / (time.perf_counter() - began), again
 
-    (per_run, rate), _, _, _ = await bench.measured(side, None, work)
+    (per_run, rate, again), _, _, _ = await bench.measured(side, None, work)
     out.values["memory KB/paused run"] = per_run / 1024
     out.values["answers/s"] = rate
+    out.values["answers again (turns lost)"] = again
 
 
 def _progress(text: str) -> None:

@@ -267,8 +267,10 @@ class PrepareRunActivity:
             return ""
         self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
         digest = c.parts_digest(digests)
-        # The run's workflow, on this worker, finds its set here.
-        _FORETOLD.put(digest, frozenset(digests))
+        # The run's workflow, on this worker, finds its set here: one set for every run that
+        # stored it (each paused run keeps it).
+        if _FORETOLD.get(digest) is None:
+            _FORETOLD.put(digest, frozenset(digests))
         return digest
 
     def _foretold_parts(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from datetime import timedelta
 from typing import Any
 
@@ -217,13 +218,14 @@ async def model_turn(
     snapshot: RunSnapshot,
     provider_id: str,
     headers_sent: set[str],
-    parts: set[str] | None = None,
+    parts: AbstractSet[str] | None = None,
     profiles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ModelReplied | ModelFailed:
     """One model call. The request's header travels until a worker has stored it
     (`headers_sent`, kept current here); then only its digest does. The header's parts the
     run's start stored (`parts`) travel by reference even then; when the store has lost
-    what a call refers to, `parts` is emptied and headers travel whole again. `profiles`
+    what a call refers to (a `ModelFailed` with `refs_missing`), the caller empties its
+    parts and headers travel whole again. `profiles`
     (the run's, by id: their kinds) say what wire the call asks for (`contracts.TurnAsked`)."""
     request = intent.request
     header = request.model_copy(update={"turn_index": 0})
@@ -298,8 +300,6 @@ async def model_turn(
     if result.reply is None:
         if result.refs_missing:
             headers_sent.discard(digest)
-            if parts:
-                parts.clear()
         return ModelFailed(
             call_id=intent.call_id,
             node_id=intent.node_id,
@@ -327,7 +327,10 @@ async def model_turn(
 
 
 def _input_by_reference(
-    snapshot: RunSnapshot, stored_set: str, set_input: dict[str, Any] | None, parts: set[str] | None
+    snapshot: RunSnapshot,
+    stored_set: str,
+    set_input: dict[str, Any] | None,
+    parts: AbstractSet[str] | None,
 ) -> tuple[str, dict[str, Any] | None, InputRecipe | None]:
     """The header set, input and recipe a call that names its header set carries: what of
     its input the run store holds travels as references (`engine.recipes`), while the store

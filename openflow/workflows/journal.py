@@ -4,12 +4,15 @@ execution takes along.
 
 A paused run may wait for months in a worker's cache, so the journal holds its events as their
 JSON bytes (a fifth of what the event objects take) and decodes them only when a query or a
-notice needs the projection or the events themselves.
+notice needs the projection or the events themselves; while the run waits for a person, as
+one compressed block, and the projection a query built as compressed bytes too (`pack`).
 """
 
 from __future__ import annotations
 
 import json
+import pickle
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,11 +38,16 @@ class Journal:
     """The events of one execution, and the projection they fold into."""
 
     def __init__(self) -> None:
-        #: Each event as its JSON (`model_dump_json`), in the order recorded.
+        #: Each event as its JSON (`model_dump_json`), in the order recorded (`_events`).
         self._encoded: list[bytes] = []
+        #: The events' JSON, one a line, compressed, while the run waits (`pack`).
+        self._packed: bytes | None = None
+        self._count = 0
         self.first_seq = 1
         self.previous_run_id: str | None = None
         self._state: WorkflowRunState | None = None
+        #: The projection, pickled and compressed while the run waits (it never leaves memory).
+        self._state_packed: bytes | None = None
         #: What the state starts from until a query first needs it: the carried state's JSON,
         #: or the run's origin (most runs are never queried while a worker holds them).
         self._seed: dict[str, Any] | _Origin | None = None
@@ -48,11 +56,11 @@ class Journal:
     def begin(self, inp: c.RunInput) -> None:
         """Start from what the execution before carried (events, state), or from nothing."""
         events = [_EVENT.validate_python(data) for data in inp.events]
-        self._encoded = []
+        self._encoded, self._packed, self._count = [], None, 0
         self.record(events)
         self.first_seq = events[0].seq if events else inp.first_seq
         self.previous_run_id = inp.previous_run_id
-        self._state = None
+        self._state, self._state_packed = None, None
         if inp.state is not None:
             # The carried state already reflects the carried events.
             self._seed = inp.state
@@ -69,12 +77,34 @@ class Journal:
 
     def record(self, events: Iterable[RunEvent]) -> None:
         """Add events a step emitted."""
-        self._encoded.extend(e.model_dump_json().encode() for e in events)
+        encoded = [e.model_dump_json().encode() for e in events]
+        if encoded:
+            self._encoded = self._events()
+            self._packed = None
+            self._encoded.extend(encoded)
+            self._count = len(self._encoded)
+
+    def _events(self) -> list[bytes]:
+        """Each event's JSON (a packed journal stays packed: a query reads, a step records)."""
+        if self._packed is None:
+            return self._encoded
+        # An event's JSON has no raw line break (`model_dump_json` escapes them).
+        return zlib.decompress(self._packed).split(b"\n")
+
+    def pack(self) -> None:
+        """Hold the events as one compressed block until the next step records more, and the
+        projection (once a query built it) as compressed bytes until it is next needed."""
+        if self._packed is None and self._encoded:
+            self._packed = zlib.compress(b"\n".join(self._encoded), 1)
+            self._encoded = []
+        if self._state is not None:
+            data = pickle.dumps(self._state, protocol=pickle.HIGHEST_PROTOCOL)
+            self._state_packed, self._state = zlib.compress(data, 1), None
 
     @property
     def events(self) -> list[RunEvent]:
         """This execution's events, decoded."""
-        return [_EVENT.validate_json(data) for data in self._encoded]
+        return [_EVENT.validate_json(data) for data in self._events()]
 
     def _initial(self) -> WorkflowRunState:
         seed = self._seed
@@ -86,18 +116,22 @@ class Journal:
 
     def projection(self) -> WorkflowRunState:
         """The state projection, with every event recorded so far folded in."""
+        if self._state is None and self._state_packed is not None:
+            state = pickle.loads(zlib.decompress(self._state_packed))
+            assert isinstance(state, WorkflowRunState)
+            self._state, self._state_packed = state, None
         if self._state is None:
             self._state = self._initial()
-        while self._projected < len(self._encoded):
-            event = _EVENT.validate_json(self._encoded[self._projected])
-            self._state = apply_event(self._state, event)
-            self._projected += 1
+        if self._projected < self._count:
+            for data in self._events()[self._projected :]:
+                self._state = apply_event(self._state, _EVENT.validate_json(data))
+            self._projected = self._count
         return self._state
 
     def after(self, seq: int) -> list[dict[str, Any]]:
         """The `events` query's answer: the events after `seq`, as JSON."""
         # Seqs rise one by one from the first event's, so the events after `seq` are a tail.
-        dumped = (json.loads(data) for data in reversed(self._encoded))
+        dumped = (json.loads(data) for data in reversed(self._events()))
         tail = []
         for event in dumped:
             if event["seq"] <= seq:
@@ -118,7 +152,7 @@ class Journal:
         """
         if self.previous_run_id is not None and self.first_seq > 1:
             return []
-        dumped = [json.loads(data) for data in self._encoded]
+        dumped = [json.loads(data) for data in self._events()]
         size = sum(len(json.dumps(e, separators=(",", ":"))) for e in dumped)
         return dumped if size <= CARRY_EVENTS_BYTES else []
 

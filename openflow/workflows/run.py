@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         Intent,
         InterruptRequested,
         MessageSent,
+        ModelFailed,
         Plan,
         ReadReceipt,
         RetryRequested,
@@ -56,8 +57,9 @@ with workflow.unsafe.imports_passed_through():
         read_act,
         read_after,
     )
+    from openflow.workflows.held import HeldSnapshot
     from openflow.workflows.journal import Journal
-    from openflow.workflows.shared import shared_settled, shared_workflow
+    from openflow.workflows.shared import shared_profiles, shared_settled, shared_workflow
     from openflow.workflows.tracing import RunSpans
 
 STATUS = SearchAttributeKey.for_keyword(c.SA_STATUS)
@@ -143,13 +145,14 @@ class OpenFlowRun:
         patches.begin(self)
         self._facts: list[Fact] = []
         self._journal = Journal()
-        self._snapshot: RunSnapshot | None = None
+        #: The latest snapshot (`_snapshot`), held compactly while the run waits for a person.
+        self._held = HeldSnapshot()
         self._status = "running"
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._headers_sent: set[str] = set()
         #: The header parts the run's start stored: calls send them by reference.
-        self._header_parts: set[str] = set()
+        self._header_parts: frozenset[str] = frozenset()
         self._input: c.RunInput | None = None
         self._applied = 0
         self._received = 0
@@ -170,15 +173,16 @@ class OpenFlowRun:
         # The SDK keeps the run's input as long as the run: its workflow is the worker's one.
         inp.workflow = shared_workflow(inp.workflow, inp.workflow_stored)
         if not inp.run_id:
-            # A schedule's runs: Temporal makes the id (the action's id and the due time).
-            inp = inp.model_copy(update={"run_id": workflow.info().workflow_id})
+            # A schedule's runs, and lean start inputs: the workflow id is the run's. Set on
+            # the input the SDK keeps anyway (a copy would be a second input to keep).
+            inp.run_id = workflow.info().workflow_id
         self._input = inp
         self._events_limit = (
             HISTORY_EVENTS_LIMIT if patches.on(SHORT_EXECUTIONS) else OLD_HISTORY_EVENTS_LIMIT
         )
         self._journal.begin(inp)
         self._headers_sent = set(inp.headers_sent)
-        self._header_parts = set(inp.header_parts)
+        self._header_parts = frozenset(inp.header_parts)
         now = self._now()
         self._spans.start(inp.run_id, inp.workflow.id, now, continued=inp.snapshot is not None)
         if inp.snapshot is not None and inp.state is not None:
@@ -208,7 +212,7 @@ class OpenFlowRun:
                     await workflow.wait_condition(self._notices.started)
                 self._spans.end("failed", self._now())
                 return self._result()
-            self._profiles = prepared.profiles
+            self._profiles = shared_profiles(prepared.profiles)
             self._active_provider = prepared.provider
             self._webhooks = prepared.webhooks
             self._execution_dir = prepared.execution_dir
@@ -231,10 +235,11 @@ class OpenFlowRun:
                 limits=patches.on(INPUT_LIMITS),
                 budget=inp.budget,
             )
-            self._header_parts = set(calls.stored_parts(prepared, plan.snapshot))
+            # One set for every run of the workflow on this worker.
+            self._header_parts = calls.stored_parts(prepared, plan.snapshot)
             del prepared  # a run waits for months: nothing of its start is kept but the plan
         else:
-            self._profiles = inp.profiles or {}
+            self._profiles = shared_profiles(inp.profiles or {})
             self._active_provider = inp.active_provider or "scripted"
             self._execution_dir = inp.execution_dir or inp.snapshot.execution_dir
             self._webhooks = inp.webhooks
@@ -250,7 +255,9 @@ class OpenFlowRun:
         # The first plan's intents (a whole request header) and snapshot are not kept either,
         # nor what only the start read of the input the SDK keeps.
         del plan
-        inp.snapshot, inp.events, inp.pending_intents, inp.continuation = None, [], [], None
+        if inp.snapshot is not None or inp.events or inp.pending_intents or inp.continuation:
+            # (A new run's input has none of them: setting them would only grow its fields set.)
+            inp.snapshot, inp.events, inp.pending_intents, inp.continuation = None, [], [], None
         while not self._finished():
             try:
                 if self._deferred is not None:
@@ -274,6 +281,14 @@ class OpenFlowRun:
         result = self._result()
         self._spans.end(result.status, self._now())
         return result
+
+    @property
+    def _snapshot(self) -> RunSnapshot | None:
+        return self._held.get()
+
+    @_snapshot.setter
+    def _snapshot(self, snapshot: RunSnapshot | None) -> None:
+        self._held.set(snapshot)
 
     def _now(self) -> int:
         return int(workflow.now().timestamp() * 1000)
@@ -326,6 +341,12 @@ class OpenFlowRun:
         self._update_visibility(plan)
         if self._webhooks:
             self._notices.notify(plan, self._webhooks, self._journal.projection)
+        if not plan.done and not self._facts and not self._busy():
+            # Nothing in flight: the run waits for a person (or to continue as new), maybe
+            # for months. Until something needs them again, its snapshot and its events are
+            # held compactly.
+            self._held.pack()
+            self._journal.pack()
 
     def _update_visibility(self, plan: Plan) -> None:
         attrs = (self._status, display.awaiting_nodes(plan))
@@ -394,6 +415,9 @@ class OpenFlowRun:
                     fact = await call
             except asyncio.CancelledError:
                 return
+            if isinstance(fact, ModelFailed) and fact.refs_missing:
+                # The store lost what the run's calls refer to: headers travel whole again.
+                self._header_parts = frozenset()
             self._facts.append(fact)
 
         task: asyncio.Task[None] = asyncio.create_task(run())
@@ -583,7 +607,7 @@ class OpenFlowRun:
             raise ValueError(f"edit batch {fact.batch_id!r} is too old: its snapshots are gone")
 
     def _finished(self) -> bool:
-        return self._snapshot is not None and self._snapshot.finished
+        return self._held.finished
 
     @plain_query(c.QUERY_STATE)
     def state(self) -> dict[str, Any]:

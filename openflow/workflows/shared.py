@@ -1,15 +1,18 @@
-"""One parsed workflow for every run of it on a worker.
+"""One parsed workflow for every run of it on a worker, and one copy of equal profiles.
 
 Each run decodes its workflow from its own input, and its start settles a copy of it; a worker
 holding thousands of paused runs of one workflow would hold thousands of equal copies. The
 shell never changes a workflow in place (the engine copies what it changes), so runs whose
-workflows read back the same share one object.
+workflows read back the same share one object. So with the provider profiles a run's start
+names (their kinds and settings, never keys): the shell only reads them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import OrderedDict
+from typing import Any
 
 from temporalio import workflow
 
@@ -22,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
 SHARED_WORKFLOWS = 256
 
 _shared: OrderedDict[bytes, Workflow] = OrderedDict()
+_profiles: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
 
 
 def shared_workflow(wf: Workflow, name: str = "") -> Workflow:
@@ -52,4 +56,18 @@ def shared_settled(settled: Workflow, inp: c.RunInput, provider: str) -> Workflo
     return shared_workflow(settled)
 
 
-__all__ = ["SHARED_WORKFLOWS", "shared_settled", "shared_workflow"]
+def shared_profiles(profiles: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The worker's one dict equal to `profiles` (in the same order), which it becomes when
+    none is known. Never changed in place: the runs that share it only read it."""
+    key = json.dumps(profiles, separators=(",", ":"), default=repr)
+    known = _profiles.get(key)
+    if known is not None:
+        _profiles.move_to_end(key)
+        return known
+    _profiles[key] = profiles
+    while len(_profiles) > SHARED_WORKFLOWS:
+        _profiles.popitem(last=False)
+    return profiles
+
+
+__all__ = ["SHARED_WORKFLOWS", "shared_profiles", "shared_settled", "shared_workflow"]

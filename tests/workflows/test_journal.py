@@ -9,7 +9,7 @@ from openflow.engine.projection import apply_event, initial_state, trim_state
 from openflow.engine.spec import Workflow
 from openflow.testing import agent_node
 from openflow.workflows.journal import Journal
-from openflow.workflows.shared import shared_settled, shared_workflow
+from openflow.workflows.shared import shared_profiles, shared_settled, shared_workflow
 from tests.engine.test_events import EXAMPLES
 
 
@@ -98,3 +98,39 @@ def test_a_stored_workflow_is_shared_by_its_digest_and_settled_by_its_provider()
     assert shared_settled(settled, inp, "anthropic") is settled
     assert shared_settled(again, inp, "anthropic") is settled
     assert settled.settings.provider_id == "anthropic"
+
+
+def test_a_packed_journal_answers_alike_and_records_on() -> None:
+    wf = _workflow()
+    journal = Journal()
+    journal.begin(c.RunInput(run_id="r1", workflow=wf))
+    events = _numbered()
+    journal.record(events[:20])
+    journal.pack()
+    assert journal.after(0) == [e.model_dump(mode="json") for e in events[:20]]
+    assert journal.projection() is journal.projection()
+    assert journal.events == events[:20]
+    state = initial_state(wf.id, "r1", [n.id for n in wf.nodes], None)
+    for event in events[:20]:
+        state = apply_event(state, event)
+    assert journal.projection().as_json() == state.as_json()
+    journal.pack()  # the projection a query built, packed too
+    assert journal.projection().as_json() == state.as_json()
+    journal.pack()
+    journal.record(events[20:])
+    journal.pack()
+    for event in events[20:]:
+        state = apply_event(state, event)
+    assert journal.events == events
+    assert journal.after(30) == [e.model_dump(mode="json") for e in events if e.seq > 30]
+    assert journal.projection().as_json() == state.as_json()
+    assert journal.carried_events() == [e.model_dump(mode="json") for e in events]
+
+
+def test_runs_with_equal_profiles_share_one_copy() -> None:
+    one = {"scripted": {"kind": "scripted"}, "main": {"kind": "openai", "model": "m"}}
+    two = {"scripted": {"kind": "scripted"}, "main": {"kind": "openai", "model": "m"}}
+    shared = shared_profiles(one)
+    assert shared_profiles(two) is shared
+    assert shared_profiles({"main": two["main"], "scripted": two["scripted"]}) is not shared
+    assert shared_profiles({"scripted": {"kind": "scripted"}}) is not shared

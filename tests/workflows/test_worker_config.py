@@ -27,12 +27,18 @@ def test_every_cached_run_shares_one_json_converter() -> None:
     """The SDK makes a payload converter for each workflow it caches: they share one JSON
     converter (and its type adapters), and write the very bytes pydantic's stock one does."""
     from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.converter import WorkflowSerializationContext
 
     from openflow import contracts as c
     from openflow.payloads import data_converter
 
     first, second = (data_converter._new_payload_converter() for _ in range(2))
     assert first is not second
+    # The composite under the SDK's wrapper is the process's one, whatever the context.
+    inner = first._inner_payload_converter  # type: ignore[attr-defined]
+    assert second._inner_payload_converter is inner  # type: ignore[attr-defined]
+    context = WorkflowSerializationContext(namespace="default", workflow_id="wf")
+    assert inner.with_context(context) is inner
     value = c.Action(kind="input", node_id="busy", text="that one")
     stock = pydantic_data_converter.payload_converter.to_payloads([value])
     assert first.to_payloads([value]) == stock

@@ -307,6 +307,7 @@ _PHASE_FIELDS = (
     "awaiting",
     "structured_input",
     "failed",
+    "failed_budget",
     "interrupted",
 )
 
@@ -322,7 +323,11 @@ def _phase_of(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("interrupted"):
         return {"kind": "interrupted"}
     if data.get("failed") is not None:
-        return {"kind": "failed", "error": data["failed"]}
+        return {
+            "kind": "failed",
+            "error": data["failed"],
+            "budget": bool(data.get("failed_budget")),
+        }
     return {"kind": "ready"}
 
 
@@ -376,6 +381,9 @@ class NodeState(_HoldsConversation):
                 failed=self.failed,
                 interrupted=self.interrupted,
             )
+            if isinstance(self.phase, Failed) and self.phase.budget:
+                # Only a budget pause says so: other snapshots read as they always did.
+                data["failed_budget"] = True
         return data
 
     @property

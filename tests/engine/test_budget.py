@@ -14,7 +14,7 @@ from openflow.engine.errors import WorkflowFormatError
 from openflow.engine.projection import initial_state, project
 from openflow.engine.request import ModelReply, UsageReport
 from openflow.engine.spec import Budget, Workflow
-from openflow.engine.state import BudgetSet, Plan, RetryRequested
+from openflow.engine.state import BudgetSet, Plan, RetryRequested, RunSnapshot
 from tests.engine.driver import Driver, agent_node, call, ok_summary, tools, workflow
 from tests.engine.test_subagents import SCOUT, declare, invoke
 
@@ -190,3 +190,19 @@ def test_the_budget_setting_is_written_only_when_set() -> None:
     assert "budget" not in one_node().to_json_dict()["settings"]
     data = one_node(budget={"maxTokens": 5}).to_json_dict()
     assert data["settings"]["budget"] == {"maxTokens": 5}
+
+
+def test_a_budget_pause_survives_the_snapshots_json_and_a_raise_still_goes_on() -> None:
+    wf = one_node(budget={"maxCostUsd": 0.01})
+    script = {"first": [read_turn(0.006), read_turn(0.006), costing(ok_summary(), 0.001)]}
+    d = BudgetDriver(wf, script).run()
+    assert d.snapshot.status == "paused"
+    # A run that continues as new, or restarts from a checkpoint, carries its snapshot as JSON.
+    carried = RunSnapshot.model_validate_json(d.snapshot.model_dump_json())
+    assert carried == d.snapshot
+    d.resume(carried)
+    assert d.snapshot.status == "paused" and d.node("first").failed is not None
+    d.feed(BudgetSet(max_cost_usd=0.05))
+    assert d.node("first").failed is None
+    assert d.run().snapshot.status == "completed"
+    assert len(d.model.requests("first")) == 3

@@ -146,7 +146,8 @@ class ModelTurnActivity:
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
         try:
-            return await heartbeating(self._model_turn(inp))
+            # The first beat late: a 5 s turn sends one, not two (`heartbeat.first_beat_s`).
+            return await heartbeating(self._model_turn(inp), beat_late=True)
         except BaseException:
             self.files.flush_cached()
             raise

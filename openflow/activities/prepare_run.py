@@ -39,6 +39,13 @@ if TYPE_CHECKING:
     from openflow.activities.tools.registry import ToolRegistry
 
 
+#: A start settled: its settings, its workflow with providers and models filled in, and the
+#: profiles it keeps (`PrepareRunActivity._settle`).
+_Settled = tuple[AppSettings, Workflow, dict[str, dict[str, Any]]]
+#: What a start without MCP kept (`PrepareRunActivity._keep_all`).
+_Kept = tuple[list[str], str, list[CallableAgent], str]
+
+
 def raise_app(message: str) -> NoReturn:
     """Fail an activity for good with a message a person can act on."""
     from temporalio.exceptions import ApplicationError
@@ -53,6 +60,8 @@ class PrepareRunActivity:
         self.files = files
         self.tools = tools
         self._builtin: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        #: The catalog of a run without MCP tools, as stored: the same bytes for every run.
+        self._listed: bytes | None = None
         #: The header parts of recent starts (stored JSON and digests), by all they depend on.
         self._parts: Lru[str, tuple[bytes, list[str]]] = Lru(64)
         self._settings: tuple[tuple[int, int, int], AppSettings] | None = None
@@ -84,10 +93,12 @@ class PrepareRunActivity:
 
     async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
         store = self.files.store
-        settled = None
+        settled: _Settled | None = None
+        kept_all: _Kept | None = None
         if inp.workflow is None:
-            # One thread hop for the stored workflow and the settling that follows it.
-            stored, settled = await asyncio.to_thread(self._stored_and_settled, inp)
+            # One thread hop for the stored workflow, the settling that follows it and, for a
+            # run without MCP, all it keeps.
+            stored, settled, kept_all = await asyncio.to_thread(self._stored_and_settled, inp)
             if stored is None:
                 return c.PrepareResult(
                     profiles={},
@@ -100,30 +111,19 @@ class PrepareRunActivity:
         # Off the event loop (settings, provider SDK imports), so the heartbeat goes on however
         # long they take on a loaded machine.
         if settled is None:
-            settled = await asyncio.to_thread(self._settle, inp)
+            found, kept_all = await asyncio.to_thread(self._settle_and_keep, inp)
+            settled = found
         settings, wf, profiles = settled
-        # What the run keeps in its folder is written at once, each write in a thread of its
-        # own: the first model turn waits on the slowest of them, not on their sum.
-        kept = json.dumps(profiles, sort_keys=True).encode()
-        builtin, seal = self.builtin_catalog()
-        if not (settings.mcp or _mcp_context(wf)):
-            # No MCP: the catalog is known now, so the start makes two thread hops, each of
-            # writes in parallel with the other's (the run's folder and its header parts; the
-            # profiles and the catalog).
-            tool_names = sorted(entry["name"] for entry in builtin)
-            listed = json.dumps([*builtin, *seal]).encode()
-            agents = self._callable_agents(wf)
-            (execution_dir, parts), _ = await asyncio.gather(
-                asyncio.to_thread(self._folder_and_parts, inp, wf, tool_names, agents),
-                asyncio.to_thread(
-                    self._put_all,
-                    inp.run_id,
-                    ((PROFILES_KEY, kept), (CATALOG_KEY, listed)),
-                ),
-            )
+        if kept_all is not None:
+            # No MCP: all was kept in the same thread hop (`_keep_all`).
+            tool_names, execution_dir, agents, parts = kept_all
             return self._result(
                 inp, wf, settings, profiles, tool_names, execution_dir, [], agents, [], parts
             )
+        # With MCP: what the run keeps in its folder is written at once, each write in a
+        # thread of its own, while the MCP servers start.
+        kept = json.dumps(profiles, sort_keys=True).encode()
+        builtin, seal = self.builtin_catalog()
         profiles_kept = asyncio.ensure_future(
             asyncio.to_thread(store.put_bytes, inp.run_id, PROFILES_KEY, kept)
         )
@@ -197,23 +197,48 @@ class PrepareRunActivity:
 
     def _stored_and_settled(
         self, inp: c.PrepareInput
-    ) -> tuple[Workflow | None, tuple[AppSettings, Workflow, dict[str, dict[str, Any]]] | None]:
-        """The stored workflow and, when it is there, the start settled with it."""
+    ) -> tuple[Workflow | None, _Settled | None, _Kept | None]:
+        """The stored workflow and, when it is there, the start settled with it (and all it
+        keeps, when it has no MCP)."""
         stored = self._stored_workflow(inp)
         if stored is None:
-            return None, None
-        return stored, self._settle(inp.model_copy(update={"workflow": stored}))
+            return None, None, None
+        return stored, *self._settle_and_keep(inp.model_copy(update={"workflow": stored}))
 
-    def _folder_and_parts(
-        self, inp: c.PrepareInput, wf: Workflow, tool_names: list[str], agents: list[CallableAgent]
-    ) -> tuple[str, str]:
-        """The run's folder made, then its header parts stored (a start without MCP)."""
+    def _settle_and_keep(self, inp: c.PrepareInput) -> tuple[_Settled, _Kept | None]:
+        """The start settled, then, for a run without MCP, all it keeps (`_keep_all`)."""
+        settled = self._settle(inp)
+        settings, wf, profiles = settled
+        if settings.mcp or _mcp_context(wf):
+            return settled, None
+        return settled, self._keep_all(inp, wf, profiles)
+
+    def _keep_all(
+        self, inp: c.PrepareInput, wf: Workflow, profiles: dict[str, dict[str, Any]]
+    ) -> _Kept:
+        """What a run without MCP keeps, written one after another in the thread the start
+        settled in: its profiles, its catalog (the worker's own tools, known already), its
+        folder and its header parts. One thread hop for a start, not three: under a burst of
+        starts each hop waits its turn for the event loop and a thread, which the first model
+        call waits on; the writes one after another cost an idle machine about a millisecond.
+        Its tool names, folder, callable agents and header parts' digest."""
+        builtin, _ = self.builtin_catalog()
+        tool_names = sorted(entry["name"] for entry in builtin)
+        store = self.files.store
+        store.put_bytes(inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode())
+        store.put_bytes(inp.run_id, CATALOG_KEY, self.listed_catalog())
+        agents = self._callable_agents(wf)
         execution_dir = self._make_folder(inp)
-        return execution_dir, self._store_parts(inp, wf, execution_dir, tool_names, agents, [])
+        parts = self._store_parts(inp, wf, execution_dir, tool_names, agents, [])
+        return tool_names, execution_dir, agents, parts
 
-    def _put_all(self, run_id: str, writes: tuple[tuple[str, bytes], ...]) -> None:
-        for key, data in writes:
-            self.files.store.put_bytes(run_id, key, data)
+    def listed_catalog(self) -> bytes:
+        """The stored catalog of a run without MCP tools: the worker's tools and the seal
+        tool's entry (`builtin_catalog`), as JSON, made once."""
+        if self._listed is None:
+            builtin, seal = self.builtin_catalog()
+            self._listed = json.dumps([*builtin, *seal]).encode()
+        return self._listed
 
     def _stored_workflow(self, inp: c.PrepareInput) -> Workflow | None:
         """The workflow the run's client stored, or None when it is missing or not the one
@@ -265,7 +290,9 @@ class PrepareRunActivity:
         data, digests = known
         if not digests:
             return ""
-        self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
+        # Unsynced: a call that finds the parts missing (lost in a machine crash) says so, and
+        # the workflow sends its headers whole instead.
+        self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data, sync=False)
         digest = c.parts_digest(digests)
         # The run's workflow, on this worker, finds its set here: one set for every run that
         # stored it (each paused run keeps it).

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.testing import ActivityEnvironment
 
-from openflow.activities.heartbeat import HEARTBEAT_FIRST_S, heartbeating
+from openflow.activities.heartbeat import HEARTBEAT_FIRST_S, HEARTBEAT_MARGIN_S, heartbeating
 from openflow.workflows.calls import HEARTBEAT_TIMEOUT
 
 
@@ -62,3 +64,41 @@ async def test_a_long_call_keeps_a_beat_recorded_for_every_send_the_sdk_makes() 
     assert len(beats) >= 2
     assert HEARTBEAT_FIRST_S - 0.05 <= beats[0] < HEARTBEAT_TIMEOUT.total_seconds() / 2
     assert all(0 < b - a <= throttle_s / 2 for a, b in zip(beats, beats[1:], strict=False))
+
+
+async def test_a_late_first_beat_waits_for_the_heartbeat_timeout_from_the_servers_start() -> None:
+    """A call that beats late (a model turn) beats `HEARTBEAT_MARGIN_S` before its heartbeat
+    timeout runs out from the server's start (a 5 s turn then sends one beat, not two); one
+    started too late for that, or whose worker's clock is behind the server's, beats after
+    `HEARTBEAT_FIRST_S` as other calls do."""
+    loop = asyncio.get_running_loop()
+    timeout_s = HEARTBEAT_TIMEOUT.total_seconds()
+
+    async def first_beat(started_ago_s: float) -> float:
+        began = loop.time()
+        beats: list[float] = []
+
+        @activity.defn(name="long")
+        async def long() -> str:
+            return await heartbeating(asyncio.sleep(1.3, result="done"), beat_late=True)
+
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(
+            env.info,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            started_time=datetime.now(UTC) - timedelta(seconds=started_ago_s),
+        )
+        env.on_heartbeat = lambda *details: beats.append(loop.time() - began)
+        assert await env.run(long) == "done"
+        return beats[0]
+
+    # Started 1.5 s before the worker got to it: the first beat comes 1 s later, 2.5 s after
+    # the server's start.
+    waited, too_late, clock_behind = await asyncio.gather(
+        first_beat(timeout_s - HEARTBEAT_MARGIN_S - 1.0),
+        first_beat(timeout_s),
+        first_beat(-30.0),
+    )
+    assert 0.95 <= waited < 1.25
+    assert HEARTBEAT_FIRST_S - 0.05 <= too_late < HEARTBEAT_FIRST_S + 0.25
+    assert HEARTBEAT_FIRST_S - 0.05 <= clock_behind < HEARTBEAT_FIRST_S + 0.25

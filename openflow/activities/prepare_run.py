@@ -56,6 +56,10 @@ class PrepareRunActivity:
         #: The header parts of recent starts (stored JSON and digests), by all they depend on.
         self._parts: Lru[str, tuple[bytes, list[str]]] = Lru(64)
         self._settings: tuple[tuple[int, int, int], AppSettings] | None = None
+        #: Stored workflows as parsed, by digest.
+        self._workflows: Lru[str, Workflow] = Lru(64)
+        #: The catalog's JSON when a run adds no MCP tools to the worker's own.
+        self._listed: bytes | None = None
 
     def builtin_catalog(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The worker's own tools as the catalog lists them, and the seal tool's entry (which
@@ -83,7 +87,6 @@ class PrepareRunActivity:
         return await heartbeating(self._prepare(inp))
 
     async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
-        store = self.files.store
         settled = None
         if inp.workflow is None:
             # One thread hop for the stored workflow and the settling that follows it.
@@ -111,7 +114,9 @@ class PrepareRunActivity:
             # writes in parallel with the other's (the run's folder and its header parts; the
             # profiles and the catalog).
             tool_names = sorted(entry["name"] for entry in builtin)
-            listed = json.dumps([*builtin, *seal]).encode()
+            if self._listed is None:
+                self._listed = json.dumps([*builtin, *seal]).encode()
+            listed = self._listed
             agents = self._callable_agents(wf)
             (execution_dir, parts), _ = await asyncio.gather(
                 asyncio.to_thread(self._folder_and_parts, inp, wf, tool_names, agents),
@@ -125,7 +130,7 @@ class PrepareRunActivity:
                 inp, wf, settings, profiles, tool_names, execution_dir, [], agents, [], parts
             )
         profiles_kept = asyncio.ensure_future(
-            asyncio.to_thread(store.put_bytes, inp.run_id, PROFILES_KEY, kept)
+            asyncio.to_thread(self._put_kept, inp.run_id, PROFILES_KEY, kept)
         )
         folder = asyncio.ensure_future(asyncio.to_thread(self._make_folder, inp))
         catalog = list(builtin)
@@ -144,7 +149,7 @@ class PrepareRunActivity:
         execution_dir, _, _ = await asyncio.gather(
             folder,
             profiles_kept,
-            asyncio.to_thread(store.put_bytes, inp.run_id, CATALOG_KEY, listed),
+            asyncio.to_thread(self._put_kept, inp.run_id, CATALOG_KEY, listed),
         )
         agents = self._callable_agents(wf)
         parts = await asyncio.to_thread(
@@ -213,7 +218,13 @@ class PrepareRunActivity:
 
     def _put_all(self, run_id: str, writes: tuple[tuple[str, bytes], ...]) -> None:
         for key, data in writes:
-            self.files.store.put_bytes(run_id, key, data)
+            self._put_kept(run_id, key, data)
+
+    def _put_kept(self, run_id: str, key: str, data: bytes) -> None:
+        """Store a JSON file of the run, which this worker then keeps (its next activities
+        for the run usually run here and read it)."""
+        self.files.store.put_bytes(run_id, key, data)
+        self.files.keep_json(run_id, key, data)
 
     def _stored_workflow(self, inp: c.PrepareInput) -> Workflow | None:
         """The workflow the run's client stored, or None when it is missing or not the one
@@ -223,10 +234,18 @@ class PrepareRunActivity:
         except KeyNotFound:
             data = b""
         if data and c.workflow_digest(data) == inp.workflow_stored:
+            # Runs of one workflow store the same bytes: parsed once (a start never changes
+            # it; `_settle` fills in its own copy).
+            known = self._workflows.get(inp.workflow_stored)
+            if known is not None:
+                return known
             try:
-                return Workflow.model_validate_json(data)
+                parsed = Workflow.model_validate_json(data)
             except ValueError:
                 pass
+            else:
+                self._workflows.put(inp.workflow_stored, parsed)
+                return parsed
         activity.logger.warning("run %r: its stored workflow is missing; asking for it", inp.run_id)
         return None
 
@@ -246,18 +265,21 @@ class PrepareRunActivity:
         share the engine's work; a part is named by its digest, so one the calls do not carry
         only goes unused.
         """
-        material = json.dumps(
-            [
-                wf.model_dump(mode="json"),
-                inp.project_dir,
-                tool_names,
-                [a.model_dump(mode="json") for a in agents],
-                read_tools,
-            ],
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-        key = hashlib.sha256(material.encode()).hexdigest()
+        # The workflow's own JSON (pydantic's, field order fixed), not a canonical one: a key
+        # made another way for an equal workflow only costs the engine's work once more.
+        material = [
+            wf.model_dump_json().encode(),
+            json.dumps(
+                [
+                    inp.project_dir,
+                    tool_names,
+                    [a.model_dump(mode="json") for a in agents],
+                    read_tools,
+                ],
+                sort_keys=True,
+            ).encode(),
+        ]
+        key = hashlib.sha256(b"\0".join(material)).hexdigest()
         known = self._parts.get(key)
         if known is None:
             known = self._foretold_parts(inp, wf, execution_dir, tool_names, agents, read_tools)
@@ -265,7 +287,7 @@ class PrepareRunActivity:
         data, digests = known
         if not digests:
             return ""
-        self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data)
+        self._put_kept(inp.run_id, c.HEADER_PARTS_KEY, data)
         digest = c.parts_digest(digests)
         # The run's workflow, on this worker, finds its set here.
         _FORETOLD.put(digest, frozenset(digests))
@@ -333,7 +355,7 @@ class PrepareRunActivity:
         """The run's execution folder, created, and where the run's tools find it."""
         execution_dir = self.files.make_execution_dir(inp.run_id, inp.project_dir)
         data = json.dumps({"execution_dir": execution_dir}).encode()
-        self.files.store.put_bytes(inp.run_id, RUN_KEY, data)
+        self._put_kept(inp.run_id, RUN_KEY, data)
         return execution_dir
 
     def _settle(

@@ -223,6 +223,9 @@ class ModelTurnActivity:
         finally:
             deltas.finalize()
         latency_ms = elapsed_ms(started)
+        # Classified before its raw arguments go (the outcome is the same without them; the
+        # submission's JSON need not be made again).
+        handoff = submitted_handoff(inp, request, reply)
         reply = compact_reply(reply)
         reads, results = await self.eager_reads(inp, request, reply)
         items: list[TranscriptItem] = [*reply_items(reply), *results]
@@ -235,7 +238,6 @@ class ModelTurnActivity:
         # The reply (and any results) go straight after what this turn sent, synced: the next
         # turn finds them in place, and they are the only full copy of the tools' output.
         # A submission's handoff is stored at the same time, so the node is done in this turn.
-        handoff = submitted_handoff(inp, request, reply)
         # One thread hop for the turn's writes: a hop costs the loop more than the handoff's
         # small write costs the thread after the transcript's.
         await heartbeating(asyncio.to_thread(self._append, inp.run_id, key, delta, items, handoff))

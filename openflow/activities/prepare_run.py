@@ -220,10 +220,10 @@ class PrepareRunActivity:
         for key, data in writes:
             self._put_kept(run_id, key, data)
 
-    def _put_kept(self, run_id: str, key: str, data: bytes) -> None:
+    def _put_kept(self, run_id: str, key: str, data: bytes, *, sync: bool = True) -> None:
         """Store a JSON file of the run, which this worker then keeps (its next activities
         for the run usually run here and read it)."""
-        self.files.store.put_bytes(run_id, key, data)
+        self.files.store.put_bytes(run_id, key, data, sync=sync)
         self.files.keep_json(run_id, key, data)
 
     def _stored_workflow(self, inp: c.PrepareInput) -> Workflow | None:
@@ -287,7 +287,9 @@ class PrepareRunActivity:
         data, digests = known
         if not digests:
             return ""
-        self._put_kept(inp.run_id, c.HEADER_PARTS_KEY, data)
+        # Unsynced: the parts only spare history what it can carry itself. Lost or torn in
+        # a machine crash, the calls that name them answer `refs_missing` and send it whole.
+        self._put_kept(inp.run_id, c.HEADER_PARTS_KEY, data, sync=False)
         digest = c.parts_digest(digests)
         # The run's workflow, on this worker, finds its set here.
         _FORETOLD.put(digest, frozenset(digests))

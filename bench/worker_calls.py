@@ -144,7 +144,8 @@ async def measure(runs: int, rounds: int, counted: bool) -> dict[str, Any]:
             agents=prepared.agents,
             read_tools=prepared.read_tools,
         )
-        parts, sent = set(prepared.header_parts), set[str]()
+        # The header parts the start stored, as the workflow takes them (`OpenFlowRun`).
+        parts, sent = set(calls.stored_parts(prepared, plan.snapshot)), set[str]()
         while not plan.snapshot.finished:
             if not all(isinstance(i, CallModel) for i in plan.intents):
                 raise RuntimeError(f"the DAG plans only model calls, not {plan.intents}")

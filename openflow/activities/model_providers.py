@@ -42,6 +42,15 @@ class ModelProviders:
         """The run's provider when this worker keeps it (a run's scripted provider), else None."""
         return None if inp.profile else self._scripted.get((inp.run_id, inp.provider_id))
 
+    def at_hand(self, inp: c.ModelTurnInput, local: bool) -> Any:
+        """The call's provider when it is had without blocking, else None: the run's scripted
+        provider kept, or made from the profile its run stored on this machine's disk
+        (`local`: read there at once, and a script needs no settings or SDK)."""
+        provider = self.kept(inp)
+        if provider is None and local and not inp.profile and self.kind(inp) == "scripted":
+            provider = self.for_turn(inp)
+        return provider
+
     def for_turn(self, inp: c.ModelTurnInput) -> Any:
         """The provider for this call. A run's script is fixed when it starts, so its scripted
         provider is kept; real ones are resolved each call (the registry keeps their clients,

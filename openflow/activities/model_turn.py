@@ -28,7 +28,7 @@ from openflow.activities.run_files import CATALOG_KEY, RunFiles
 from openflow.activities.spans import elapsed_ms, model_span, record_failure, record_reply
 from openflow.activities.store import KeyNotFound
 from openflow.activities.tools_runner import BatchDeps, tool_specs
-from openflow.activities.transcripts import Transcripts
+from openflow.activities.transcripts import Transcripts, Unwritten
 from openflow.activities.write_handoff import store_handoff
 from openflow.attachments import resolve_turn
 from openflow.engine.advance import reply_items
@@ -142,6 +142,10 @@ class ModelTurnActivity:
         #: the runs that stored the same one), so runs of one workflow share them too.
         self._catalogs: Lru[int, tuple[object, dict[str, ToolSpec]]] = Lru(64)
         self._parts: Lru[str, dict[str, Any]] = Lru(256)
+        #: Each header set's header by reference, its references and (unless its input makes
+        #: it) its whole header, by the set's digest, with the parts they were made from.
+        self._sets: Lru[str, tuple[dict[str, Any], AgentRequest, HeaderRefs, AgentRequest | None]]
+        self._sets = Lru(256)
 
     @activity.defn(name=c.ACTIVITY_MODEL_TURN)
     async def model_turn(self, inp: c.ModelTurnInput) -> c.ModelTurnResult:
@@ -164,15 +168,19 @@ class ModelTurnActivity:
                     "node_id": inp.node_id or c.call_node(call_id),
                 }
             )
+        local = not self.files.remote()
         try:
-            if inp.delta.items or turn_purpose(inp) == "review" or self.files.remote():
-                # Heartbeating: a store riding out a database restart must not look dead.
-                prepared = await heartbeating(asyncio.to_thread(self.prepare, inp))
+            if local:
+                # On the local disk what a turn reads is a stat and a cached read (or a small
+                # file), and what it sends goes into the transcript with its reply: no thread
+                # hop before the call.
+                request, transcript, tools, delta = self._prepare(inp, write=False)
             else:
-                # Nothing to write (the last turn left its reply in place) on the local disk:
-                # no thread hop for what is a lock, a stat and a cached read.
-                prepared = self.prepare(inp)
-            request, transcript, tools, persisted = prepared
+                # Heartbeating: a store riding out a database restart must not look dead.
+                request, transcript, tools, delta = await heartbeating(
+                    asyncio.to_thread(self._prepare, inp, write=True)
+                )
+            persisted = delta.persisted if isinstance(delta, Unwritten) else delta
             if not inp.provider_id:
                 # A call to the provider its header names leaves it out.
                 inp = inp.model_copy(update={"provider_id": request.provider_id or ""})
@@ -186,10 +194,11 @@ class ModelTurnActivity:
                 ),
                 refs_missing=True,
             )
+        key = c.transcript_key(inp.node_id)
         deltas = LiveDeltas(self.live, inp.run_id, inp.node_id, inp.call_id)
         started = time.monotonic()
         try:
-            provider = self.providers.kept(inp)
+            provider = self.providers.at_hand(inp, local)
             if provider is None:
                 # A real provider reads settings.json and may import its SDK for the first
                 # time (seconds on a busy machine): off the event loop, so the heartbeat goes on.
@@ -205,8 +214,12 @@ class ModelTurnActivity:
                 record_reply(span, inp, request, reply, transcript)
         except ProviderError as exc:
             record_failure(inp, request, exc.failure.kind)
-            # A header kept for the writes this turn does not make is stored now.
-            self.files.flush_cached()
+            if isinstance(delta, Unwritten):
+                # What the turn sent is stored all the same: the result says it is.
+                await heartbeating(asyncio.to_thread(self._append, inp.run_id, key, delta, []))
+            else:
+                # A header kept for the writes this turn does not make is stored now.
+                self.files.flush_cached()
             return c.ModelTurnResult(
                 failure=exc.failure,
                 persisted_len=persisted,
@@ -215,6 +228,9 @@ class ModelTurnActivity:
         finally:
             deltas.finalize()
         latency_ms = elapsed_ms(started)
+        # Classified before its raw arguments go (the outcome is the same without them; the
+        # submission's JSON need not be made again).
+        handoff = submitted_handoff(inp, request, reply)
         reply = compact_reply(reply)
         reads, results = await self.eager_reads(inp, request, reply)
         items: list[TranscriptItem] = [*reply_items(reply), *results]
@@ -227,13 +243,9 @@ class ModelTurnActivity:
         # The reply (and any results) go straight after what this turn sent, synced: the next
         # turn finds them in place, and they are the only full copy of the tools' output.
         # A submission's handoff is stored at the same time, so the node is done in this turn.
-        key = c.transcript_key(inp.node_id)
-        handoff = submitted_handoff(inp, request, reply)
         # One thread hop for the turn's writes: a hop costs the loop more than the handoff's
         # small write costs the thread after the transcript's.
-        await heartbeating(
-            asyncio.to_thread(self._append, inp.run_id, key, persisted, items, handoff)
-        )
+        await heartbeating(asyncio.to_thread(self._append, inp.run_id, key, delta, items, handoff))
         result = c.ModelTurnResult(
             reply=reply,
             persisted_len=persisted,
@@ -249,14 +261,18 @@ class ModelTurnActivity:
         self,
         run_id: str,
         key: str,
-        persisted: int,
+        delta: Unwritten | int,
         items: list[TranscriptItem],
         handoff: HandoffFile | None = None,
     ) -> None:
-        """The turn's transcript lines, after the header caches waiting for a write, then the
-        handoff its reply submits (if any)."""
+        """The turn's transcript lines (what it sent, when that is not stored yet, then
+        `items`), after the header caches waiting for a write, then the handoff its reply
+        submits (if any)."""
         self.files.write_cached()
-        self.transcripts.append(run_id, key, persisted, items)
+        if isinstance(delta, Unwritten):
+            self.transcripts.write_after(run_id, key, delta, items)
+        else:
+            self.transcripts.append(run_id, key, delta, items)
         if handoff is not None:
             store_handoff(self.files, run_id, handoff)
 
@@ -265,6 +281,15 @@ class ModelTurnActivity:
     def prepare(self, inp: c.ModelTurnInput) -> Prepared:
         """Store what this turn adds to the transcript and load what the provider needs:
         the request, the transcript, the tools offered and the transcript's length."""
+        request, transcript, tools, persisted = self._prepare(inp, write=True)
+        assert isinstance(persisted, int)
+        return request, transcript, tools, persisted
+
+    def _prepare(
+        self, inp: c.ModelTurnInput, *, write: bool
+    ) -> tuple[AgentRequest, list[TranscriptItem], list[ToolSpec], Unwritten | int]:
+        """`prepare`; without `write`, what the turn adds to the transcript is left for its
+        reply's write (`Unwritten`) instead of being stored now."""
         store = self.files.store
         header_key = f"headers/{inp.header_digest}.json"
         whole = inp.header
@@ -304,10 +329,15 @@ class ModelTurnActivity:
             request = self._with_conversations(inp.run_id, request)
         key = c.transcript_key(inp.node_id)
         lines = self.transcripts.delta_lines(inp.run_id, inp.delta.items, key)
-        persisted = store.append_lines(inp.run_id, key, lines, expected_len=inp.delta.base_len)
-        transcript = self.transcripts.appended(inp.run_id, key, inp.delta.base_len, lines)
-        if transcript is None:
-            transcript = self.transcripts.read(inp.run_id, key)
+        persisted: Unwritten | int
+        if write:
+            persisted = store.append_lines(inp.run_id, key, lines, expected_len=inp.delta.base_len)
+            transcript = self.transcripts.appended(inp.run_id, key, inp.delta.base_len, lines)
+            if transcript is None:
+                transcript = self.transcripts.read(inp.run_id, key)
+        else:
+            persisted = self.transcripts.unwritten(inp.run_id, key, inp.delta.base_len, lines)
+            transcript = [*persisted.kept_items, *persisted.items]
         tools = self.offered(inp.run_id, request.tool_names)
         # Attachments travel as references; their bytes are read in only for the provider.
         request, transcript = resolve_turn(store, inp.run_id, request, transcript)
@@ -336,14 +366,30 @@ class ModelTurnActivity:
         self, run_id: str, digest: str, header_input: dict[str, Any] | None
     ) -> AgentRequest:
         """The header from the node's stored header set and the call's input."""
-        found = self._stored_parts(run_id).get(digest)
+        parts = self._stored_parts(run_id)
+        found = parts.get(digest)
         if found is None:
             raise KeyNotFound(f"{c.HEADER_PARTS_KEY} lacks the header set this call names")
-        try:
-            rest, refs = from_set(found, header_input, run_id)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise KeyNotFound(f"{c.HEADER_PARTS_KEY} has no header set {digest!r}") from exc
-        return self.restored(run_id, rest, refs)
+        if header_input is not None and not isinstance(header_input, dict):
+            raise KeyNotFound(f"{c.HEADER_PARTS_KEY} has no header set {digest!r}")
+        # A set is the same for each call of its node, and for every run that stored the same
+        # parts (`RunFiles.shared_json` gives them one object): made whole once, it takes
+        # each call's input and run (`headers.VARYING`) as they are.
+        made = self._sets.get(digest)
+        if made is None or made[0] is not parts:
+            try:
+                rest, refs = from_set(found, None, "")
+            except (KeyError, TypeError, ValueError) as exc:
+                raise KeyNotFound(f"{c.HEADER_PARTS_KEY} has no header set {digest!r}") from exc
+            # The review's evidence is made whole from its input: its header is not kept.
+            whole = None if refs.evidence_prompts else self.restored(run_id, rest, refs)
+            made = (parts, rest, refs, whole)
+            self._sets.put(digest, made)
+        _, rest, refs, whole = made
+        varying = {"input": header_input, "run_id": run_id}
+        if whole is not None:
+            return whole.model_copy(update=varying)
+        return self.restored(run_id, rest.model_copy(update=varying), refs)
 
     def restored(self, run_id: str, header: AgentRequest, refs: HeaderRefs) -> AgentRequest:
         """The header with the parts it refers to, from those the run's start stored."""
@@ -359,11 +405,12 @@ class ModelTurnActivity:
         parts = self._parts.get(run_id)
         if parts is None:
             try:
-                parts = self.files.shared_json(
-                    self.files.store.get_bytes(run_id, c.HEADER_PARTS_KEY)
-                )
+                # Kept by the start when it ran on this worker.
+                parts = self.files.json_file(run_id, c.HEADER_PARTS_KEY)
             except ValueError as exc:
                 raise KeyNotFound(f"{c.HEADER_PARTS_KEY} cannot be read: {exc}") from exc
+            if parts is None:
+                raise KeyNotFound(f"run {run_id!r} has nothing stored at {c.HEADER_PARTS_KEY!r}")
             if not isinstance(parts, dict):
                 raise KeyNotFound(f"{c.HEADER_PARTS_KEY} is not a map of parts")
             self._parts.put(run_id, parts)

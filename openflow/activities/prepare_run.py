@@ -65,6 +65,8 @@ class PrepareRunActivity:
         #: The header parts of recent starts (stored JSON and digests), by all they depend on.
         self._parts: Lru[str, tuple[bytes, list[str]]] = Lru(64)
         self._settings: tuple[tuple[int, int, int], AppSettings] | None = None
+        #: Stored workflows as parsed, by digest.
+        self._workflows: Lru[str, Workflow] = Lru(64)
 
     def builtin_catalog(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The worker's own tools as the catalog lists them, and the seal tool's entry (which
@@ -92,7 +94,6 @@ class PrepareRunActivity:
         return await heartbeating(self._prepare(inp))
 
     async def _prepare(self, inp: c.PrepareInput) -> c.PrepareResult:
-        store = self.files.store
         settled: _Settled | None = None
         kept_all: _Kept | None = None
         if inp.workflow is None:
@@ -125,7 +126,7 @@ class PrepareRunActivity:
         kept = json.dumps(profiles, sort_keys=True).encode()
         builtin, seal = self.builtin_catalog()
         profiles_kept = asyncio.ensure_future(
-            asyncio.to_thread(store.put_bytes, inp.run_id, PROFILES_KEY, kept)
+            asyncio.to_thread(self._put_kept, inp.run_id, PROFILES_KEY, kept)
         )
         folder = asyncio.ensure_future(asyncio.to_thread(self._make_folder, inp))
         catalog = list(builtin)
@@ -144,7 +145,7 @@ class PrepareRunActivity:
         execution_dir, _, _ = await asyncio.gather(
             folder,
             profiles_kept,
-            asyncio.to_thread(store.put_bytes, inp.run_id, CATALOG_KEY, listed),
+            asyncio.to_thread(self._put_kept, inp.run_id, CATALOG_KEY, listed),
         )
         agents = self._callable_agents(wf)
         parts = await asyncio.to_thread(
@@ -224,9 +225,8 @@ class PrepareRunActivity:
         Its tool names, folder, callable agents and header parts' digest."""
         builtin, _ = self.builtin_catalog()
         tool_names = sorted(entry["name"] for entry in builtin)
-        store = self.files.store
-        store.put_bytes(inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode())
-        store.put_bytes(inp.run_id, CATALOG_KEY, self.listed_catalog())
+        self._put_kept(inp.run_id, PROFILES_KEY, json.dumps(profiles, sort_keys=True).encode())
+        self._put_kept(inp.run_id, CATALOG_KEY, self.listed_catalog())
         agents = self._callable_agents(wf)
         execution_dir = self._make_folder(inp)
         parts = self._store_parts(inp, wf, execution_dir, tool_names, agents, [])
@@ -240,6 +240,12 @@ class PrepareRunActivity:
             self._listed = json.dumps([*builtin, *seal]).encode()
         return self._listed
 
+    def _put_kept(self, run_id: str, key: str, data: bytes, *, sync: bool = True) -> None:
+        """Store a JSON file of the run, which this worker then keeps (its next activities
+        for the run usually run here and read it)."""
+        self.files.store.put_bytes(run_id, key, data, sync=sync)
+        self.files.keep_json(run_id, key, data)
+
     def _stored_workflow(self, inp: c.PrepareInput) -> Workflow | None:
         """The workflow the run's client stored, or None when it is missing or not the one
         the input names (the run then asks again with the workflow itself)."""
@@ -248,10 +254,18 @@ class PrepareRunActivity:
         except KeyNotFound:
             data = b""
         if data and c.workflow_digest(data) == inp.workflow_stored:
+            # Runs of one workflow store the same bytes: parsed once (a start never changes
+            # it; `_settle` fills in its own copy).
+            known = self._workflows.get(inp.workflow_stored)
+            if known is not None:
+                return known
             try:
-                return Workflow.model_validate_json(data)
+                parsed = Workflow.model_validate_json(data)
             except ValueError:
                 pass
+            else:
+                self._workflows.put(inp.workflow_stored, parsed)
+                return parsed
         activity.logger.warning("run %r: its stored workflow is missing; asking for it", inp.run_id)
         return None
 
@@ -271,18 +285,21 @@ class PrepareRunActivity:
         share the engine's work; a part is named by its digest, so one the calls do not carry
         only goes unused.
         """
-        material = json.dumps(
-            [
-                wf.model_dump(mode="json"),
-                inp.project_dir,
-                tool_names,
-                [a.model_dump(mode="json") for a in agents],
-                read_tools,
-            ],
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-        key = hashlib.sha256(material.encode()).hexdigest()
+        # The workflow's own JSON (pydantic's, field order fixed), not a canonical one: a key
+        # made another way for an equal workflow only costs the engine's work once more.
+        material = [
+            wf.model_dump_json().encode(),
+            json.dumps(
+                [
+                    inp.project_dir,
+                    tool_names,
+                    [a.model_dump(mode="json") for a in agents],
+                    read_tools,
+                ],
+                sort_keys=True,
+            ).encode(),
+        ]
+        key = hashlib.sha256(b"\0".join(material)).hexdigest()
         known = self._parts.get(key)
         if known is None:
             known = self._foretold_parts(inp, wf, execution_dir, tool_names, agents, read_tools)
@@ -292,7 +309,7 @@ class PrepareRunActivity:
             return ""
         # Unsynced: a call that finds the parts missing (lost in a machine crash) says so, and
         # the workflow sends its headers whole instead.
-        self.files.store.put_bytes(inp.run_id, c.HEADER_PARTS_KEY, data, sync=False)
+        self._put_kept(inp.run_id, c.HEADER_PARTS_KEY, data, sync=False)
         digest = c.parts_digest(digests)
         # The run's workflow, on this worker, finds its set here: one set for every run that
         # stored it (each paused run keeps it).
@@ -362,7 +379,7 @@ class PrepareRunActivity:
         """The run's execution folder, created, and where the run's tools find it."""
         execution_dir = self.files.make_execution_dir(inp.run_id, inp.project_dir)
         data = json.dumps({"execution_dir": execution_dir}).encode()
-        self.files.store.put_bytes(inp.run_id, RUN_KEY, data)
+        self._put_kept(inp.run_id, RUN_KEY, data)
         return execution_dir
 
     def _settle(

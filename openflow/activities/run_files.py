@@ -44,13 +44,14 @@ class RunFiles:
         self.home = home
         self.store = store
         self.env = dict(env if env is not None else os.environ)
-        self._files: Lru[tuple[str, str], Any] = Lru()
+        self._files: Lru[tuple[str, str], Any] = Lru(1024)
         #: What those files hold, by content: runs of one workflow store the same catalog and
         #: profiles, so a worker holding hundreds of them keeps one parsed copy.
         self._contents: Lru[bytes, Any] = Lru(64)
         self._batches: Lru[tuple[str, str], bytes] = Lru(64)
         self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
         self._later: collections.deque[tuple[str, str, bytes]] = collections.deque()
+        self._workspaces: str | None = None
 
     # --- what the store can tell ----------------------------------------------------------
 
@@ -88,6 +89,10 @@ class RunFiles:
             return None
         self._files.put((run_id, key), data)
         return data
+
+    def keep_json(self, run_id: str, key: str, raw: bytes) -> None:
+        """Keep a JSON file this worker just stored for the run (`json_file` then has it)."""
+        self._files.put((run_id, key), self.shared_json(raw))
 
     def shared_json(self, raw: bytes) -> Any:
         """`raw` parsed, the same object for every run that stored the same bytes (callers
@@ -155,7 +160,7 @@ class RunFiles:
         if project_dir:
             require_folder(Path(project_dir))
             return project_dir
-        root = runtime_settings(self.env, only=("workspaces",)).workspaces or ""
+        root = self.workspaces()
         if not root:
             folder = self.default_workspace(run_id)
             folder.mkdir(parents=True, exist_ok=True)
@@ -164,6 +169,12 @@ class RunFiles:
         folder = Path(root) / run_id
         folder.mkdir(exist_ok=True)
         return str(folder)
+
+    def workspaces(self) -> str:
+        """`OPENFLOW_WORKSPACES` as this worker's environment sets it ("" when not)."""
+        if self._workspaces is None:
+            self._workspaces = runtime_settings(self.env, only=("workspaces",)).workspaces or ""
+        return self._workspaces
 
     def default_workspace(self, run_id: str) -> Path:
         return self.home / "runs" / run_id / "workspace"

@@ -27,7 +27,7 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from botocore.exceptions import ClientError
 
@@ -165,6 +165,41 @@ def _sync(fd: int) -> None:
     getattr(os, "fdatasync", os.fsync)(fd)
 
 
+def _create(temp: str, folder: str) -> int:
+    """A new file to write, its folder made on its first write only."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        return os.open(temp, flags, 0o666)
+    except FileNotFoundError:
+        os.makedirs(folder, exist_ok=True)
+        return os.open(temp, flags, 0o666)
+
+
+def _write_all(fd: int, data: bytes, at: int | None = None) -> None:
+    """Write all of `data` (at offset `at`, or where the file is)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view) if at is None else os.pwrite(fd, view, at)
+        view = view[written:]
+        if at is not None:
+            at += written
+
+
+def _read(path: str) -> bytes:
+    """The whole file."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        chunks = [os.read(fd, size)] if size else []
+        while True:  # a file grown since, or one whose size says nothing (procfs)
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def _merge_log(data: bytes, new: bytes, expected_len: int, where: str) -> tuple[bytes, int]:
     lines = _complete_lines(data)
     if len(lines) < expected_len:
@@ -182,23 +217,28 @@ def default_runs_root() -> Path:
 
 
 class FileRunStore:
-    """A run store on the local disk: `<root>/<run_id>/<key>`."""
+    """A run store on the local disk: `<root>/<run_id>/<key>`.
+
+    Its calls work on file descriptors and path strings (`os`), not file objects and `Path`s:
+    a turn makes a few of them, and that is most of what they cost besides the disk.
+    """
 
     def __init__(self, root: Path | None = None, *, fsync: bool = True) -> None:
         self.root = Path(root) if root is not None else default_runs_root()
         self.fsync = fsync
+        self._root = str(self.root)
         # Logs this store appended to: (size, change time, lines) as it left each of them.
-        self._logs: dict[Path, tuple[int, int, int]] = {}
+        self._logs: dict[str, tuple[int, int, int]] = {}
         #: Each checked (run id, key)'s path: a turn names the same few keys again and again.
-        self._paths: dict[tuple[str, str], Path] = {}
+        self._paths: dict[tuple[str, str], str] = {}
 
     def __repr__(self) -> str:
         return f"FileRunStore({str(self.root)!r})"
 
-    def _path(self, run_id: str, key: str) -> Path:
+    def _path(self, run_id: str, key: str) -> str:
         path = self._paths.get((run_id, key))
         if path is None:
-            path = self.root / validate_run_id(run_id) / validate_key(key)
+            path = f"{self._root}/{validate_run_id(run_id)}/{validate_key(key)}"
             if len(self._paths) >= _KNOWN_PATHS:
                 self._paths.clear()
             self._paths[(run_id, key)] = path
@@ -213,52 +253,49 @@ class FileRunStore:
     def put_bytes(self, run_id: str, key: str, data: bytes, *, sync: bool = True) -> None:
         """Write `data` to a temporary file beside the target, then rename it into place."""
         path = self._path(run_id, key)
-        temp = path.with_name(f"{_TEMP_MARK}{path.name}.{uuid.uuid4().hex}")
+        folder, _, name = path.rpartition("/")
+        temp = f"{folder}/{_TEMP_MARK}{name}.{uuid.uuid4().hex}"
         try:
+            fd = _create(temp, folder)
             try:
-                handle = temp.open("wb")
-            except FileNotFoundError:
-                # The key's folder is made on its first write only.
-                path.parent.mkdir(parents=True, exist_ok=True)
-                handle = temp.open("wb")
-            with handle:
-                handle.write(data)
+                _write_all(fd, data)
                 if self.fsync and sync:
-                    handle.flush()
-                    _sync(handle.fileno())
+                    _sync(fd)
+            finally:
+                os.close(fd)
             os.replace(temp, path)
         except BaseException:
             with contextlib.suppress(OSError):
-                temp.unlink()
+                os.unlink(temp)
             raise
 
     def get_bytes(self, run_id: str, key: str) -> bytes:
         """Read the whole file stored under `key`."""
-        path = self._path(run_id, key)
         try:
-            return path.read_bytes()
+            return _read(self._path(run_id, key))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
             raise KeyNotFound(f"run {run_id!r} has nothing stored at {key!r}") from exc
 
     def exists(self, run_id: str, key: str) -> bool:
         """Whether a file is stored under `key`."""
-        return self._path(run_id, key).is_file()
+        return os.path.isfile(self._path(run_id, key))
 
     @staticmethod
     @contextlib.contextmanager
-    def _locked(path: Path) -> Iterator[BinaryIO]:
+    def _locked(path: str) -> Iterator[int]:
         """Open the log exclusively: `flock` holds off other threads and other processes."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, flags, 0o644)
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        with os.fdopen(fd, "r+b") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield handle
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            # Closing the log's only descriptor lets the lock go.
+            os.close(fd)
 
     def append_lines(
         self, run_id: str, key: str, lines: Iterable[str | bytes], expected_len: int
@@ -268,26 +305,24 @@ class FileRunStore:
             raise ValueError(f"expected_len must be >= 0, got {expected_len}")
         path = self._path(run_id, key)
         new = _encode_lines(lines)
-        with self._locked(path) as handle:
-            stat = os.fstat(handle.fileno())
+        with self._locked(path) as fd:
+            stat = os.fstat(fd)
             known = self._logs.get(path)
             if known == (stat.st_size, stat.st_mtime_ns, expected_len):
                 # The log is as this store last left it and the caller continues from its end:
                 # append without reading it all back.
                 keep, length = stat.st_size, expected_len + new.count(b"\n")
             else:
-                data = handle.read()
+                data = os.pread(fd, stat.st_size, 0) if stat.st_size else b""
                 merged, length = _merge_log(data, new, expected_len, f"{run_id}/{key}")
                 keep = len(merged) - len(new)
                 if keep != len(data):
-                    handle.truncate(keep)
+                    os.ftruncate(fd, keep)
             if new:
-                handle.seek(keep)
-                handle.write(new)
-                handle.flush()
+                _write_all(fd, new, keep)
                 if self.fsync:
-                    _sync(handle.fileno())
-            after = os.fstat(handle.fileno())
+                    _sync(fd)
+            after = os.fstat(fd)
             self._logs[path] = (after.st_size, after.st_mtime_ns, length)
             while len(self._logs) > _KNOWN_LOGS:
                 self._logs.pop(next(iter(self._logs)), None)
@@ -296,16 +331,15 @@ class FileRunStore:
     def stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
         """The log's size and change time, to tell whether it changed since it was read."""
         try:
-            stat = self._path(run_id, key).stat()
+            stat = os.stat(self._path(run_id, key))
         except FileNotFoundError:
             return None
         return stat.st_size, stat.st_mtime_ns
 
     def read_lines(self, run_id: str, key: str, start: int = 0) -> builtins.list[str]:
         """The complete lines of the log at `key` from index `start` on."""
-        path = self._path(run_id, key)
         try:
-            data = path.read_bytes()
+            data = _read(self._path(run_id, key))
         except FileNotFoundError:
             return []
         return [line.decode() for line in _complete_lines(data)[max(start, 0) :]]

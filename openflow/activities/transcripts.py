@@ -6,13 +6,14 @@ Lines parsed once are not parsed again, and a log this worker left unchanged is 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter
 
 from openflow.activities.lru import Lru
 from openflow.activities.run_files import RunFiles
-from openflow.activities.store import KeyNotFound
+from openflow.activities.store import KeyNotFound, LogConflict
 from openflow.engine.state import StoredItemRef
 from openflow.engine.transcript import TranscriptItem
 
@@ -25,6 +26,23 @@ _Seen = tuple[list[str], list[TranscriptItem], tuple[int, int] | None]
 def line(data: Any) -> str:
     """One transcript line: compact, keys sorted."""
     return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """A turn's delta not yet in its log: the log's first `base` lines (and their items) as
+    they are, and the lines (and items) that go after them, with the reply (`write_after`)."""
+
+    base: int
+    kept_lines: list[str]
+    kept_items: list[TranscriptItem]
+    lines: list[str]
+    items: list[TranscriptItem]
+
+    @property
+    def persisted(self) -> int:
+        """The log's length once the delta is written."""
+        return self.base + len(self.lines)
 
 
 class Transcripts:
@@ -127,6 +145,46 @@ class Transcripts:
         self._seen.put((run_id, key), (list(lines), items, stamp))
         return list(items)
 
+    def unwritten(self, run_id: str, key: str, base: int, lines: list[str]) -> Unwritten:
+        """The transcript as appending `lines` after its first `base` lines will make it, read
+        (when this worker does not know the log as it is) but not written: the turn writes
+        the delta with its reply (`write_after`). A log of fewer than `base` lines is a
+        `LogConflict`, as the append would be."""
+        if base == 0:
+            kept_lines: list[str] = []
+            kept_items: list[TranscriptItem] = []
+        else:
+            stamp = self.files.stamp(run_id, key)
+            seen = self._seen.get((run_id, key))
+            if seen is None or stamp is None or seen[2] != stamp:
+                self.read(run_id, key)
+                seen = self._seen.get((run_id, key))
+            held = len(seen[0]) if seen is not None else 0
+            if seen is None or held < base:
+                raise LogConflict(
+                    f"log {run_id}/{key} holds {held} lines but the caller expected {base}; "
+                    "the run store lost data: resume the run from a checkpoint whose files exist"
+                )
+            kept_lines, kept_items = seen[0][:base], seen[1][:base]
+        items = [_ITEM.validate_json(text) for text in lines]
+        return Unwritten(base, kept_lines, kept_items, list(lines), items)
+
+    def write_after(
+        self, run_id: str, key: str, delta: Unwritten, items: list[TranscriptItem]
+    ) -> None:
+        """Write a turn's delta and then `items` (its reply) in one append (synced), and
+        remember the log as it left it."""
+        lines = [line(item.model_dump(mode="json")) for item in items]
+        self.files.store.append_lines(run_id, key, [*delta.lines, *lines], expected_len=delta.base)
+        self._seen.put(
+            (run_id, key),
+            (
+                [*delta.kept_lines, *delta.lines, *lines],
+                [*delta.kept_items, *delta.items, *items],
+                self.files.stamp(run_id, key),
+            ),
+        )
+
     def append(self, run_id: str, key: str, persisted: int, items: list[TranscriptItem]) -> None:
         """Append `items` after the first `persisted` lines (synced), remembering them when
         this worker saw the lines before."""
@@ -139,4 +197,4 @@ class Transcripts:
             self._seen.put((run_id, key), ([*seen[0], *lines], [*seen[1], *items], stamp))
 
 
-__all__ = ["Transcripts", "line"]
+__all__ = ["Transcripts", "Unwritten", "line"]

@@ -8,11 +8,12 @@ alone whether the file stored is the one its accepted submission makes.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Literal
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict
+
+from openflow.engine.pretty import pretty_json
 
 HANDOFF_LIMIT = 1024 * 1024
 
@@ -42,7 +43,7 @@ def handoff_file(node_id: str, fmt: HandoffFileFormat, output: Any) -> HandoffFi
             return "the Markdown handoff has no `markdown` text"
         data = markdown.encode()
     else:
-        data = (json.dumps(output, indent=2, ensure_ascii=False) + "\n").encode()
+        data = (pretty_json(output) + "\n").encode()
     if len(data) > HANDOFF_LIMIT:
         return f"the handoff is {len(data)} bytes; the limit is 1 MiB"
     return HandoffFile(

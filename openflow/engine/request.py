@@ -71,9 +71,9 @@ class AgentRequest(_Model):
 
     def first_user_message(self) -> str:
         """The first user message every wire sends (spec 2.4)."""
-        import json
+        from openflow.engine.pretty import pretty_json
 
-        pretty = json.dumps(self.input, indent=2, ensure_ascii=False)
+        pretty = pretty_json(self.input)
         return (
             f"Node: {self.node_label}\nTask:\n{self.task_prompt}\n\nUpstream input JSON:\n{pretty}"
         )

@@ -3,11 +3,11 @@ workflow could do better next time. It never changes whether the run succeeded."
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from openflow.engine.classify import Completed, Outcome, TurnError
 from openflow.engine.harness import cache_key_for, harness_tool_specs
+from openflow.engine.pretty import pretty_json
 from openflow.engine.request import AgentRequest
 from openflow.engine.state import RunSnapshot
 
@@ -139,7 +139,7 @@ def run_evidence(snapshot: RunSnapshot) -> dict[str, Any]:
 
 def render_evidence(evidence: dict[str, Any]) -> tuple[str, bool]:
     """The evidence as the reviewer reads it: pretty JSON, its middle left out past 128 KiB."""
-    text = json.dumps(evidence, indent=2, ensure_ascii=False, default=str)
+    text = pretty_json(evidence, default=str)
     if len(text) <= EVIDENCE_LIMIT:
         return text, False
     keep = (EVIDENCE_LIMIT - 64) // 2

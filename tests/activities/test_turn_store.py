@@ -313,3 +313,33 @@ def test_runs_that_stored_the_same_catalog_share_its_specs(tmp_path: Path) -> No
     acts.files.store.put_bytes("run-c", CATALOG_KEY, other)
     (c_spec,) = acts.model_turn.offered("run-c", ("read",))
     assert c_spec.description == "Read a file, briefly."
+
+
+async def test_a_turn_stores_what_it_sent_with_its_reply_and_a_failed_call_still_stores_it(
+    acts: Activities,
+) -> None:
+    script = {"busy": [{"message": "on it"}, {"error": "transient"}]}
+    profiles = {"scripted": {"kind": "scripted", "script": script}}
+    acts.files.store.put_bytes("run-1", "profiles.json", json.dumps(profiles).encode())
+    key = c.transcript_key("busy")
+    first = _turn(TranscriptDelta(base_len=0, items=(UserItem(content="go"),)))
+    result = await acts.model_turn.model_turn(first.model_copy(update={"turn_index": 0}))
+    assert result.failure is None
+    lines = [json.loads(line) for line in acts.files.store.read_lines("run-1", key)]
+    assert [line.get("content") for line in lines] == ["go", "on it"]
+    # The next call fails: what it sent is stored all the same, and the result says so.
+    again = _turn(TranscriptDelta(base_len=2, items=(UserItem(content="and then?"),)))
+    failed = await acts.model_turn.model_turn(again.model_copy(update={"call_id": "model:busy-4"}))
+    assert failed.failure is not None and failed.failure.kind == "transient"
+    assert failed.persisted_len == 3
+    lines = [json.loads(line) for line in acts.files.store.read_lines("run-1", key)]
+    assert [line.get("content") for line in lines] == ["go", "on it", "and then?"]
+    _, transcript, _, persisted = acts.model_turn.prepare(
+        _turn(TranscriptDelta(base_len=3), "model:busy-5")
+    )
+    assert persisted == 3
+    assert transcript == [
+        UserItem(content="go"),
+        AssistantItem(content="on it"),
+        UserItem(content="and then?"),
+    ]

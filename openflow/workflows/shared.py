@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 
@@ -23,6 +23,9 @@ with workflow.unsafe.imports_passed_through():
 #: Distinct workflows a worker keeps shared; the least recently started go first (a run keeps
 #: its own reference, so one going from here costs nothing but a later run's sharing).
 SHARED_WORKFLOWS = 256
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 _shared: OrderedDict[bytes, Workflow] = OrderedDict()
 _profiles: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
@@ -35,14 +38,7 @@ def shared_workflow(wf: Workflow, name: str = "") -> Workflow:
     digest: its client named it so); else its JSON does.
     """
     key = name.encode() if name else hashlib.blake2b(wf.model_dump_json().encode()).digest()
-    known = _shared.get(key)
-    if known is not None:
-        _shared.move_to_end(key)
-        return known
-    _shared[key] = wf
-    while len(_shared) > SHARED_WORKFLOWS:
-        _shared.popitem(last=False)
-    return wf
+    return _intern(_shared, key, wf)
 
 
 def shared_settled(settled: Workflow, inp: c.RunInput, provider: str) -> Workflow:
@@ -60,14 +56,20 @@ def shared_profiles(profiles: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
     """The worker's one dict equal to `profiles` (in the same order), which it becomes when
     none is known. Never changed in place: the runs that share it only read it."""
     key = json.dumps(profiles, separators=(",", ":"), default=repr)
-    known = _profiles.get(key)
+    return _intern(_profiles, key, profiles)
+
+
+def _intern(table: OrderedDict[K, V], key: K, value: V) -> V:
+    """The value `table` knows under `key` (made the most recent), else `value`, kept under
+    it; the least recently used go beyond `SHARED_WORKFLOWS`."""
+    known = table.get(key)
     if known is not None:
-        _profiles.move_to_end(key)
+        table.move_to_end(key)
         return known
-    _profiles[key] = profiles
-    while len(_profiles) > SHARED_WORKFLOWS:
-        _profiles.popitem(last=False)
-    return profiles
+    table[key] = value
+    while len(table) > SHARED_WORKFLOWS:
+        table.popitem(last=False)
+    return value
 
 
 __all__ = ["SHARED_WORKFLOWS", "shared_profiles", "shared_settled", "shared_workflow"]

@@ -28,9 +28,15 @@ def _numbered() -> list[RunEvent]:
     return [stamped(event, seq=i + 1, at_ms=1000 * i) for i, event in enumerate(EXAMPLES)]
 
 
-def test_every_event_answers_the_events_query_as_its_own_dump() -> None:
+def _begun(wf: Workflow) -> Journal:
+    """A journal begun for run r1 of `wf`."""
     journal = Journal()
-    journal.begin(c.RunInput(run_id="r1", workflow=_workflow()))
+    journal.begin(c.RunInput(run_id="r1", workflow=wf))
+    return journal
+
+
+def test_every_event_answers_the_events_query_as_its_own_dump() -> None:
+    journal = _begun(_workflow())
     events = _numbered()
     journal.record(events[:10])
     journal.record(events[10:])
@@ -42,8 +48,7 @@ def test_every_event_answers_the_events_query_as_its_own_dump() -> None:
 
 def test_the_projection_folds_the_decoded_events_like_the_originals() -> None:
     wf = _workflow()
-    journal = Journal()
-    journal.begin(c.RunInput(run_id="r1", workflow=wf))
+    journal = _begun(wf)
     events = _numbered()
     journal.record(events[:20])
     state = initial_state(wf.id, "r1", [n.id for n in wf.nodes], None)
@@ -102,8 +107,7 @@ def test_a_stored_workflow_is_shared_by_its_digest_and_settled_by_its_provider()
 
 def test_a_packed_journal_answers_alike_and_records_on() -> None:
     wf = _workflow()
-    journal = Journal()
-    journal.begin(c.RunInput(run_id="r1", workflow=wf))
+    journal = _begun(wf)
     events = _numbered()
     journal.record(events[:20])
     journal.pack()

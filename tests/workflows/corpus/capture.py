@@ -11,9 +11,9 @@ scenario when you add one or when its shape changes on purpose (a new event, a n
 the files captured before still show that the runs those versions started replay, so keep
 them under a new name rather than overwrite them when a change is meant to be compatible.
 
-`--out DIR` writes into DIR instead: `epoch-1/` holds the scenarios as runs recorded under the
-patch epoch `epoch-1` (`openflow/workflows/patches.py`); the files beside it were recorded
-before it.
+`--out DIR` writes into DIR instead: `epoch-1/` and `epoch-5/` hold the scenarios as runs
+recorded under those patch epochs (`openflow/workflows/patches.py`); the files beside them were
+recorded before the first.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from temporalio.client import Client
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from openflow.client import RunConflict
+from openflow.backends import open_backends
+from openflow.client import RunConflict, Runs
 from openflow.contracts import Action, CallDecision, ToolGrant
 from openflow.engine import WorkflowRunState
 from openflow.engine.spec import Workflow
@@ -367,7 +368,9 @@ async def output_repair(h: Harness) -> list[str]:
     h.script(
         {
             "shape": [{"submit_raw": "{not json"}],
-            "shape__output_repair": [summary("repaired")],
+            "shape__output_repair": [
+                {"submit": {"repaired_arguments": {"output": {"summary": "repaired"}}}}
+            ],
         },
         exhausted=None,
     )
@@ -819,6 +822,8 @@ async def _capture(names: list[str], short: bool, out: Path) -> None:
                 write_scripted_settings(run_home, {})
                 async with build_worker(client, queue, run_home):
                     h = Harness(client, queue, run_home)
+                    # The runs' client stores their workflows where the worker reads them.
+                    h.runs = Runs(client, queue, store=open_backends(run_home).store)
                     run_ids = await SCENARIOS[name](h)
                 for old in out.glob(f"{name}.*json.gz"):
                     old.unlink()

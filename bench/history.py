@@ -1,11 +1,15 @@
 """What a run's history holds: its bytes by event type, by activity input and result, by field.
 
-    python -m bench.history [--runs N]
+    python -m bench.history [--runs N] [--batch M]
 
 runs `bench.scale.dag()` (a root and two parallel children, scripted) and bare Temporal's
 same-shaped workflow on one embedded server, then prints each one's history bytes by event
 type, the payload bytes of each activity type's inputs and results, and those payloads by
 top-level field. `breakdown(history)` is what tests measure a real history with.
+
+With `--batch M`, each side also runs M at once (as `bench.scale`'s throughput batch does)
+and the quiet runs and the batch's are set side by side, per run: bytes, workflow tasks,
+events, and the bytes of each event type.
 """
 
 from __future__ import annotations
@@ -226,37 +230,102 @@ def merge(parts: list[Breakdown]) -> Breakdown:
     return out
 
 
-async def main_async(runs: int) -> None:
+@dataclass
+class Runs:
+    """Several runs' histories: their breakdown summed, and each one's bytes and tasks."""
+
+    summed: Breakdown
+    sizes: list[int]
+    #: Workflow tasks completed, a run.
+    tasks: list[int]
+    events: list[int]
+
+    @classmethod
+    def of(cls, histories: list[WorkflowHistory]) -> Runs:
+        parts = [breakdown(h) for h in histories]
+        completed = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        return cls(
+            summed=merge(parts),
+            sizes=[p.total for p in parts],
+            tasks=[sum(1 for e in h.events if e.event_type == completed) for h in histories],
+            events=[len(h.events) for h in histories],
+        )
+
+    def per_run(self) -> float:
+        return self.summed.total / max(len(self.sizes), 1)
+
+
+def _mean(values: list[int]) -> float:
+    return sum(values) / max(len(values), 1)
+
+
+def render_batch(side: str, quiet: Runs, batch: Runs) -> str:
+    """One side's quiet runs and loaded batch, per run, side by side."""
+    sizes = sorted(batch.sizes)
+    lines = [
+        f"{side}: quiet ({len(quiet.sizes)} runs) against a batch of {len(batch.sizes)}, a run",
+        f"    {quiet.per_run():9,.0f} {batch.per_run():9,.0f}  bytes "
+        f"(batch min {sizes[0]:,}, median {sizes[len(sizes) // 2]:,}, max {sizes[-1]:,})",
+        f"    {_mean(quiet.tasks):9.2f} {_mean(batch.tasks):9.2f}  workflow tasks",
+        f"    {_mean(quiet.events):9.2f} {_mean(batch.events):9.2f}  events",
+    ]
+    names = sorted(
+        set(quiet.summed.events) | set(batch.summed.events),
+        key=lambda n: -batch.summed.events.get(n, 0),
+    )
+    for name in names:
+        q = quiet.summed.events.get(name, 0) / max(len(quiet.sizes), 1)
+        b = batch.summed.events.get(name, 0) / max(len(batch.sizes), 1)
+        lines.append(f"    {q:9,.0f} {b:9,.0f}  {name} ({b - q:+,.0f})")
+    return "\n".join(lines)
+
+
+async def main_async(runs: int, batch: int = 0) -> None:
     from bench.scale import DAG_LAYERS, BareDag, embedded_bench, start_bare, start_ours, wait_all
     from bench.scale import dag as scale_dag
     from openflow.testing import write_scripted_settings
 
     async with embedded_bench("openflow-history-", before=None) as bench:
         client, home = bench.client, bench.home
-        found: dict[str, Breakdown] = {}
+        found: dict[str, Runs] = {}
+        batches: dict[str, Runs] = {}
         for side in ("bare", "ours"):
             queue = f"history-{side}-{uuid.uuid4().hex[:8]}"
             async with bench.worker(side, queue):
-                if side == "ours":
-                    write_scripted_settings(home, {}, exhausted="echo")
-                    ids = await start_ours(client, queue, scale_dag(), runs)
-                else:
-                    ids = await start_bare(client, queue, BareDag.run, DAG_LAYERS, runs)
-                await wait_all(client, ids)
-            histories = [await client.get_workflow_handle(i).fetch_history() for i in ids]
-            found[side] = merge([breakdown(h) for h in histories])
+                for n, into in ((runs, found), (batch, batches)):
+                    if not n:
+                        continue
+                    if side == "ours":
+                        write_scripted_settings(home, {}, exhausted="echo")
+                        ids = await start_ours(client, queue, scale_dag(), n)
+                    else:
+                        ids = await start_bare(client, queue, BareDag.run, DAG_LAYERS, n)
+                    await wait_all(client, ids)
+                    into[side] = Runs.of(
+                        [await client.get_workflow_handle(i).fetch_history() for i in ids]
+                    )
         for side, b in found.items():
-            print(render(side, b, runs))
+            print(render(side, b.summed, runs))
             print()
-        ratio = found["ours"].total / max(found["bare"].total, 1)
+        ratio = found["ours"].per_run() / max(found["bare"].per_run(), 1)
         print(f"history bytes a run: ours {ratio:.2f}x bare's")
+        if batches:
+            print()
+            for side, b in batches.items():
+                print(render_batch(side, found[side], b))
+                print()
+            ratio = batches["ours"].per_run() / max(batches["bare"].per_run(), 1)
+            print(f"history bytes a run in a batch of {batch}: ours {ratio:.2f}x bare's")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a run's history bytes, by where they travel")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--batch", type=int, default=0, help="also run this many at once, as bench.scale does"
+    )
     args = parser.parse_args(argv)
-    asyncio.run(main_async(args.runs))
+    asyncio.run(main_async(args.runs, args.batch))
     return 0
 
 
@@ -264,4 +333,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["Breakdown", "breakdown", "merge", "render"]
+__all__ = ["Breakdown", "Runs", "breakdown", "merge", "render", "render_batch"]

@@ -7,6 +7,7 @@ defaults; never rename or remove one. Activity and handler names are explicit an
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Annotated, Any, Literal
@@ -140,11 +141,15 @@ class RunInput(OmitDefaults, _Model):
     #: The digest of `workflow` as its client stored it (`workflow_key`) ("" when it did
     #: not): `prepare_run` then reads it from the store instead of history.
     workflow_stored: str = ""
+    #: Whether `workflow` travels with a node's agent that is much like an earlier node's as
+    #: a reference to it (`lean_workflow`); never in JSON (a run recorded before the patch
+    #: `agent-refs` continues as new without them).
+    agent_refs: bool = Field(default=True, exclude=True)
 
     @field_serializer("workflow", mode="wrap")
     def _workflow(self, value: Workflow | None, handler: SerializerFunctionWrapHandler) -> Any:
         """The workflow without its fields at their defaults (they read back as them)."""
-        return lean_workflow(value, handler(value))
+        return lean_workflow(value, handler(value), agent_refs=self.agent_refs)
 
     @field_validator("workflow", mode="before")
     @classmethod
@@ -187,26 +192,119 @@ def _full_node(node: Any) -> Any:
     return {"label": node.get("id"), "kind": _NODE_KIND, "position": dict(_ORIGIN), **node}
 
 
-def lean_workflow(value: Workflow | None, data: Any) -> Any:
+def lean_workflow(value: Workflow | None, data: Any, *, agent_refs: bool = False) -> Any:
     """A workflow's JSON as history carries it: without its fields at their defaults, and its
     nodes without their kind, a label that is their id and a position at the canvas's origin
-    (`full_workflow` puts them back)."""
+    (`full_workflow` puts them back). With `agent_refs`, a node's agent that shares fields
+    with an earlier node's travels as that node's id and what differs (`_agent_refs`)."""
     if value is None:
         return data
+    whole = data
     data = without_defaults(value, data)
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list):
         return data
-    return {**data, "nodes": [_lean_node(node) for node in nodes]}
+    lean = {**data, "nodes": [_lean_node(node) for node in nodes]}
+    whole_nodes = whole.get("nodes") if isinstance(whole, dict) else None
+    if not agent_refs or not isinstance(whole_nodes, list) or len(whole_nodes) != len(nodes):
+        return lean
+    referring = _agent_refs(lean["nodes"], whole_nodes)
+    if referring is None:
+        return lean
+    shorter = {**lean, "nodes": referring}
+    try:
+        same = Workflow.model_validate(full_workflow(shorter)) == value
+    except ValueError:
+        same = False
+    return shorter if same else lean
+
+
+#: What a node's agent carries, in a workflow's JSON, when it is an earlier node's with some
+#: fields of its own: `[<that node's id>, {<the fields that differ>}]` (`[<id>]`: the same).
+#: A node's agent is an object in the workflow's format, so a list reads as nothing else.
+AgentRef = list[Any]
+
+
+def _agent_refs(nodes: list[Any], whole: list[Any]) -> list[Any] | None:
+    """`nodes` (lean) with each agent that is shorter as a reference to an earlier node's
+    agent given inline (the one sharing most fields, the earliest of those); None when
+    none is. `whole` are the nodes with every field, for a field the base sets and the
+    node leaves at its default."""
+    inline: list[tuple[str, dict[str, Any]]] = []
+    out: list[Any] = []
+    changed = False
+    for node, full in zip(nodes, whole, strict=True):
+        agent = node.get("agent") if isinstance(node, dict) else None
+        full_agent = full.get("agent") if isinstance(full, dict) else None
+        if not isinstance(agent, dict) or not isinstance(full_agent, dict):
+            out.append(node)
+            continue
+        ref = _agent_ref(agent, full_agent, inline)
+        if ref is None:
+            inline.append((str(node.get("id")), agent))
+            out.append(node)
+        else:
+            out.append({**node, "agent": ref})
+            changed = True
+    return out if changed else None
+
+
+def _agent_ref(
+    agent: dict[str, Any], full: dict[str, Any], inline: list[tuple[str, dict[str, Any]]]
+) -> AgentRef | None:
+    """`agent` as a reference to one of the `inline` agents, when that is shorter."""
+    best: tuple[int, str, dict[str, Any]] | None = None
+    for base_id, base in inline:
+        if any(key not in agent and key not in full for key in base):
+            continue
+        shared = sum(1 for key, item in base.items() if key in agent and agent[key] == item)
+        if shared and (best is None or shared > best[0]):
+            best = (shared, base_id, base)
+    if best is None:
+        return None
+    _, base_id, base = best
+    differ = {key: item for key, item in agent.items() if key not in base or base[key] != item}
+    differ.update({key: full[key] for key in base if key not in agent})
+    ref: AgentRef = [base_id, differ] if differ else [base_id]
+    if len(_compact(ref)) >= len(_compact(agent)):
+        return None
+    return ref
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def full_workflow(data: Any) -> Any:
     """A workflow's JSON as `lean_workflow` left it, with each node's kind, label and
-    position back."""
+    position back, and each agent given by reference made whole."""
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list):
         return data
+    if any(isinstance(node, dict) and isinstance(node.get("agent"), list) for node in nodes):
+        nodes = _agents_whole(nodes)
     return {**data, "nodes": [_full_node(node) for node in nodes]}
+
+
+def _agents_whole(nodes: list[Any]) -> list[Any]:
+    """`nodes` with each agent given as a reference (`AgentRef`) made whole from the node it
+    names (whose own agent is given inline); a reference to anything else stays as it is,
+    for the workflow's validation to refuse."""
+    inline = {
+        node.get("id"): node["agent"]
+        for node in nodes
+        if isinstance(node, dict) and isinstance(node.get("agent"), dict)
+    }
+    out = []
+    for node in nodes:
+        ref = node.get("agent") if isinstance(node, dict) else None
+        if isinstance(ref, list) and 1 <= len(ref) <= 2 and isinstance(ref[0], str):
+            base = inline.get(ref[0])
+            differ = ref[1] if len(ref) == 2 else {}
+            if isinstance(base, dict) and isinstance(differ, dict):
+                node = {**node, "agent": {**base, **differ}}
+        out.append(node)
+    return out
 
 
 class RunResult(OmitDefaults, _Model):
@@ -613,8 +711,9 @@ class ModelTurnResult(OmitDefaults, _Model):
     A lean result (`lean`) is one whose reply has no `wire`: it leaves out what the call asked
     for (`TurnAsked`): the wire, the model when it is the one asked for, a cost of 0.0 and
     `persisted_len`, and the name of each call of the submit tool (`HARNESS_SUBMIT`; a call
-    of a lean reply without a name is one). The workflow puts them back from the call it made
-    (`restored`).
+    of a lean reply without a name is one; one of an output and an empty message as the
+    output alone, `_lean_submit`), and its usage of counts alone as a list of them
+    (`_lean_usage`). The workflow puts them back from the call it made (`restored`).
     """
 
     reply: ModelReply | None = None
@@ -674,15 +773,11 @@ class ModelTurnResult(OmitDefaults, _Model):
         cost = usage.cost_usd if usage is not None else None
         if _zero(cost) and isinstance(data.get("usage"), dict):
             del data["usage"]["cost_usd"]
+            data["usage"] = _lean_usage(data["usage"])
         calls = data.get("tool_calls")
         if isinstance(calls, list):
             # The submit tool, which ends most nodes' turns, goes without its name.
-            data["tool_calls"] = [
-                {k: v for k, v in call.items() if k != "name"}
-                if isinstance(call, dict) and call.get("name") == HARNESS_SUBMIT
-                else call
-                for call in calls
-            ]
+            data["tool_calls"] = [_lean_submit(call) for call in calls]
         return self.model_copy(update={"reply": None, "lean_reply": data, "persisted_len": None})
 
     def restored(self, asked: TurnAsked) -> ModelTurnResult:
@@ -692,16 +787,13 @@ class ModelTurnResult(OmitDefaults, _Model):
             return self
         data = {"wire": asked.wire, "model": asked.model, **self.lean_reply}
         usage = data.get("usage")
+        if isinstance(usage, list):
+            usage = data["usage"] = _whole_usage(usage)
         if isinstance(usage, dict) and "cost_usd" not in usage:
             data["usage"] = {**usage, "cost_usd": 0.0}
         calls = data.get("tool_calls")
         if isinstance(calls, list):
-            data["tool_calls"] = [
-                {**call, "name": HARNESS_SUBMIT}
-                if isinstance(call, dict) and "name" not in call
-                else call
-                for call in calls
-            ]
+            data["tool_calls"] = [_whole_submit(call) for call in calls]
         return self.model_copy(
             update={
                 "reply": ModelReply.model_validate(data),
@@ -709,6 +801,67 @@ class ModelTurnResult(OmitDefaults, _Model):
                 "persisted_len": asked.persisted_len,
             }
         )
+
+
+#: The counts of a lean reply's usage that travels as a list of them, in this order (trailing
+#: zeros left out): a usage of no other field, at no cost, whose total is their sum.
+_USAGE_COUNTS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def _lean_usage(usage: dict[str, Any]) -> dict[str, Any] | list[int]:
+    """A lean reply's usage (its zero cost left out) as the list of its counts, when it has
+    nothing else."""
+    if not usage or not set(usage) <= set(_USAGE_COUNTS):
+        return usage
+    counts = [usage.get(key, 0) for key in _USAGE_COUNTS]
+    if not all(type(n) is int for n in counts):
+        return usage
+    while counts and counts[-1] == 0:
+        counts.pop()
+    return counts
+
+
+def _whole_usage(counts: list[Any]) -> dict[str, Any]:
+    """A usage as `_lean_usage` left it, as the object it was (its zero counts left out)."""
+    return {key: n for key, n in zip(_USAGE_COUNTS, counts, strict=False) if n != 0}
+
+
+#: The key of a submit call's message to the person following the run.
+_SUBMIT_MESSAGE = "assistant_message"
+
+
+def _lean_submit(call: Any) -> Any:
+    """A call of a lean reply: a submit call without its name; one whose arguments are an
+    output and an empty message as that output alone (`"output"` in place of `"arguments"`,
+    which no call of a reply has)."""
+    if not isinstance(call, dict) or call.get("name") != HARNESS_SUBMIT:
+        return call
+    lean = {k: v for k, v in call.items() if k != "name"}
+    args = call.get("arguments")
+    if (
+        isinstance(args, dict)
+        and args.keys() == {"output", _SUBMIT_MESSAGE}
+        and args[_SUBMIT_MESSAGE] == ""
+        and "output" not in lean
+    ):
+        del lean["arguments"]
+        lean["output"] = args["output"]
+    return lean
+
+
+def _whole_submit(call: Any) -> Any:
+    """A call of a lean reply as the activity had it (`_lean_submit`)."""
+    if not isinstance(call, dict) or "name" in call:
+        return call
+    whole = {**call, "name": HARNESS_SUBMIT}
+    if "output" in whole and "arguments" not in whole:
+        whole["arguments"] = {"output": whole.pop("output"), _SUBMIT_MESSAGE: ""}
+    return whole
 
 
 class HandoffInput(_Model):

@@ -58,6 +58,13 @@ EPOCHS: tuple[tuple[str, frozenset[str]], ...] = (
         _EPOCH_1
         | {"prepare-local", "lean-turn-results", "schedule-each-fact", "turn-activity-ids"},
     ),
+    # A continued run's workflow gives an agent like an earlier node's by reference.
+    (
+        "epoch-6",
+        _EPOCH_1
+        | {"prepare-local", "lean-turn-results", "schedule-each-fact", "turn-activity-ids"}
+        | {"agent-refs"},
+    ),
 )
 
 #: What each workflow object's epoch covers (empty: it started before the epochs).

@@ -84,6 +84,9 @@ LEAN_ATTRIBUTES = "lean-attributes"
 #: that takes over a run after a task timed out may be given them apart), and the commands
 #: must not depend on which.
 SCHEDULE_EACH_FACT = "schedule-each-fact"
+#: A run continues as new with a node's agent that is much like an earlier node's given by
+#: reference (`contracts.lean_workflow`); runs recorded before carried every agent whole.
+AGENT_REFS = "agent-refs"
 
 
 def _start_attributes() -> tuple[str, tuple[str, ...]] | None:
@@ -485,6 +488,7 @@ class OpenFlowRun:
                 header_parts=sorted(self._header_parts),
                 execution_dir=self._execution_dir,
                 webhooks=self._webhooks,
+                agent_refs=patches.on(AGENT_REFS),
             ),
             task_timeout=c.WORKFLOW_TASK_TIMEOUT,
         )

@@ -92,6 +92,50 @@ def test_a_start_input_leaves_out_what_every_node_of_a_made_workflow_says() -> N
     assert back == wf and back.model_dump_json() == wf.model_dump_json()
 
 
+def test_an_agent_like_an_earlier_nodes_travels_as_a_reference_to_it() -> None:
+    agent = {
+        "system_prompt": "You review.",
+        "task_prompt": "Review it.",
+        "model": "m",
+        "output_schema": {"type": "object"},
+        "tools": {"approvalMode": "yolo"},
+    }
+    other = {**agent, "task_prompt": "Check it.", "model": "m-2"}
+    del other["tools"]
+    lone = {"system_prompt": "s", "task_prompt": "t", "output_schema": {}}
+    nodes = [("a", agent), ("b", agent), ("c", other), ("d", lone)]
+    wf = Workflow.model_validate(
+        {
+            "id": "w",
+            "name": "w",
+            "edges": [],
+            "nodes": [
+                {"id": i, "label": i, "kind": "agent", "position": {"x": 0, "y": 0}, "agent": a}
+                for i, a in nodes
+            ],
+        }
+    )
+    data = json.loads(c.RunInput(workflow=wf).model_dump_json())
+    agents = {n["id"]: n["agent"] for n in data["workflow"]["nodes"]}
+    assert isinstance(agents["a"], dict) and agents["b"] == ["a"]
+    # What differs travels with the reference, a field the base sets and the node does not
+    # at its default.
+    base, differ = agents["c"]
+    assert base == "a" and differ["task_prompt"] == "Check it." and differ["model"] == "m-2"
+    assert differ["tools"] != agent["tools"]
+    assert isinstance(agents["d"], dict)  # shorter whole
+    back = c.RunInput.model_validate(data).workflow
+    assert back == wf and back.model_dump_json() == wf.model_dump_json()
+    # A run that continues as new from before the reference carries every agent whole.
+    whole = json.loads(c.RunInput(workflow=wf, agent_refs=False).model_dump_json())
+    assert all(isinstance(n["agent"], dict) for n in whole["workflow"]["nodes"])
+    assert c.RunInput.model_validate(whole).workflow == wf
+    # A reference to no node's agent is refused as the workflow's own error.
+    data["workflow"]["nodes"][1]["agent"] = ["nobody"]
+    with pytest.raises(ValueError, match="agent"):
+        c.RunInput.model_validate(data)
+
+
 def _turn(**delta: object) -> c.ModelTurnInput:
     return c.ModelTurnInput.model_validate(
         {"call_id": "model:a-1", "header_digest": "d", "delta": {"base_len": 3, **delta}}
@@ -193,6 +237,38 @@ def test_a_submit_call_travels_without_the_tools_name_and_reads_back_whole() -> 
     whole = {"reply": {"wire": "scripted", "tool_calls": [{"id": "c1", "name": HARNESS_SUBMIT}]}}
     read = c.ModelTurnResult.model_validate(whole).restored(asked)
     assert read.reply is not None and read.reply.tool_calls[0].name == HARNESS_SUBMIT
+
+
+def test_a_submit_of_an_output_alone_travels_as_the_output_and_its_usage_as_counts() -> None:
+    from openflow.engine.policy import HARNESS_SUBMIT
+    from openflow.engine.request import RawToolCall
+
+    calls = (
+        RawToolCall(
+            id="c1", name=HARNESS_SUBMIT, arguments={"output": {"s": 1}, "assistant_message": ""}
+        ),
+        RawToolCall(
+            id="c2", name=HARNESS_SUBMIT, arguments={"output": 1, "assistant_message": "hi"}
+        ),
+        RawToolCall(
+            id="c3", name=HARNESS_SUBMIT, arguments={"output": 2, "assistant_message": None}
+        ),
+    )
+    asked = c.turn_asked(_turn(), "chat_completions", "m")
+    usage = UsageReport(prompt_tokens=5, completion_tokens=0, cached_input_tokens=3, cost_usd=0.0)
+    result = c.ModelTurnResult(reply=_reply(tool_calls=calls, usage=usage), persisted_len=3)
+    data, back = _travelled(result, asked)
+    first, second, third = data["reply"]["tool_calls"]
+    assert first == {"id": "c1", "output": {"s": 1}}
+    assert second["arguments"] == {"output": 1, "assistant_message": "hi"}
+    assert third["arguments"] == {"output": 2, "assistant_message": None}
+    assert data["reply"]["usage"] == [5, 0, 3]
+    assert back == result and back.reply == result.reply
+    # A usage with a cost or a total of its own stays an object.
+    priced = UsageReport(prompt_tokens=5, completion_tokens=2, total_tokens=9, cost_usd=0.0)
+    data, back = _travelled(result.model_copy(update={"reply": _reply(usage=priced)}), asked)
+    assert data["reply"]["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 9}
+    assert back.reply is not None and back.reply.usage == priced
 
 
 def test_a_reviews_call_leaves_out_that_it_runs_no_reads() -> None:

@@ -107,6 +107,7 @@ def test_every_patch_the_workflow_asks_is_covered_by_the_epoch() -> None:
         run_module.ACTIONS_DELIVERED,
         run_module.LEAN_ATTRIBUTES,
         run_module.SCHEDULE_EACH_FACT,
+        run_module.AGENT_REFS,
         calls.TOOL_RECEIPTS,
         calls.TOOL_POOL,
         calls.HANDOFF_IN_TURN,

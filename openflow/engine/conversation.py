@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from openflow.engine.classify import TurnError
+from openflow.engine.copies import replaced
 from openflow.engine.errors import EngineError
 from openflow.engine.events import (
     ChatMessage,
@@ -100,7 +101,7 @@ def put(step: Step, seat: Seat, conv: Conversation) -> None:
     if seat.subagent_id is None:
         step.update_node(seat.node_id, conversation=conv)
     else:
-        child = _child(ns, seat).model_copy(update={"conversation": conv})
+        child = replaced(_child(ns, seat), {"conversation": conv})
         step.update_node(seat.node_id, child=child)
 
 
@@ -109,7 +110,7 @@ def update_conversation(step: Step, seat: Seat, **changes: Any) -> Conversation:
     conv = conversation(step, seat)
     if all(getattr(conv, name) is value for name, value in changes.items()):
         return conv
-    new = conv.model_copy(update=changes)
+    new = replaced(conv, changes)
     if "transcript" not in changes:
         known = _known(conv)
         if known is not None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from openflow.engine.budget import run_budget
 from openflow.engine.build import snapshot_agents
 from openflow.engine.conversation import Seat, update_conversation
+from openflow.engine.copies import trusted
 from openflow.engine.errors import WorkflowValidationError
 from openflow.engine.events import ActionIgnored, ChatMessage, Error, RunResumed, RunStarted
 from openflow.engine.facts import (
@@ -59,14 +60,19 @@ from openflow.engine.transcript import Attachment
 
 def _finish(step: Step, facts: tuple[Fact, ...] = ()) -> Plan:
     status: RunStatus = step.s.status
-    return Plan(
-        snapshot=step.s,
-        events=tuple(step.events),
-        intents=tuple(step.intents),
-        awaiting=awaiting(step),
-        done=step.s.finished,
-        status=status,
-        facts=facts,
+    # Every field is the engine's own, of its type already: the plan is not validated again.
+    return trusted(
+        Plan,
+        {
+            "snapshot": step.s,
+            "events": tuple(step.events),
+            "intents": tuple(step.intents),
+            "awaiting": awaiting(step),
+            "done": step.s.finished,
+            "status": status,
+            "rejected": None,
+            "facts": facts,
+        },
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from jsonschema import SchemaError, validators
 from pydantic import BaseModel, ConfigDict
 
+from openflow.engine.copies import json_copy
 from openflow.engine.limits import MAX_JSON_DEPTH, text_depth
 from openflow.engine.policy import (
     HARNESS_REQUEST_INPUT,
@@ -111,9 +112,28 @@ def _validator(canonical: str) -> Any:
     return cls(schema)
 
 
+#: The validators of the schemas lately checked against, by identity: (the schema, a copy of
+#: it as it was, its validator). A node's schema is its workflow's (shared by every run of
+#: it), so its validator is found without writing the schema's JSON each reply; a schema
+#: changed in place since is found by its JSON again.
+_by_schema: dict[int, tuple[dict[str, Any], dict[str, Any], Any]] = {}
+_KNOWN_SCHEMAS = 256
+
+
+def _schema_validator(schema: dict[str, Any]) -> Any:
+    known = _by_schema.get(id(schema))
+    if known is not None and known[0] is schema and known[1] == schema:
+        return known[2]
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    if len(_by_schema) >= _KNOWN_SCHEMAS:
+        _by_schema.clear()
+    _by_schema[id(schema)] = (schema, json_copy(schema), validator)
+    return validator
+
+
 def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
     """The first validation problem of `value` against `schema`, or None (bad schemas pass)."""
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    validator = _schema_validator(schema)
     if validator is None:
         return None
     # A schema comes from the workflow file: one jsonschema cannot apply (say an unresolvable

@@ -225,8 +225,11 @@ def dag_run(wf: Workflow, parts: frozenset[str] | None) -> tuple[int, frozenset[
         replies: list[ModelReplied] = []
         for intent in pending:
             _shell_call(intent, plan.snapshot, parts)
+            # The reply comes from the activity's result (the shell's work, not timed).
+            paused = time.process_time_ns()
             output = {"suggestions": []} if intent.purpose == "review" else {"summary": "bench"}
             replies.append(_submit(intent, output))
+            began += time.process_time_ns() - paused
         pending = []
         for fact in replies:
             now += 5

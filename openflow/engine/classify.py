@@ -208,9 +208,12 @@ def complete_submit(
     markdown_headings: list[str] | None = None,
 ) -> Completed | TurnError:
     """The submit completion protocol (spec 3.3) plus the engine's own schema check."""
-    if not raw and args is not None:
-        raw = json.dumps(args, ensure_ascii=False)
-    candidate = raw[:REPAIR_CANDIDATE_LIMIT] if raw else None
+
+    def candidate() -> str | None:
+        # What a repair starts from: written only for a submission that needs one.
+        text = json.dumps(args, ensure_ascii=False) if not raw and args is not None else raw
+        return text[:REPAIR_CANDIDATE_LIMIT] if text else None
+
     if finish_reason == "length":
         return TurnError(
             error="malformed",
@@ -222,7 +225,7 @@ def complete_submit(
             error="malformed",
             message="submit arguments are not valid JSON",
             tool_names=(HARNESS_SUBMIT,),
-            candidate=candidate,
+            candidate=candidate(),
         )
     envelope = _normalize_envelope(args, schema)
     if "output" not in envelope:
@@ -230,7 +233,7 @@ def complete_submit(
             error="malformed",
             message='submit arguments must be {"output": ..., "assistant_message": ...}',
             tool_names=(HARNESS_SUBMIT,),
-            candidate=candidate,
+            candidate=candidate(),
         )
     output = envelope["output"]
     message = envelope.get("assistant_message")
@@ -244,7 +247,7 @@ def complete_submit(
             error="malformed",
             message=f"the output does not match the schema: {problem}",
             tool_names=(HARNESS_SUBMIT,),
-            candidate=candidate,
+            candidate=candidate(),
         )
     text = strip_markup(message) if isinstance(message, str) else ""
     return Completed(output=output, assistant_message=text)

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from openflow.engine.build import build_request
+from openflow.engine.copies import replaced
 from openflow.engine.recipes import foretold
 from openflow.engine.request import AgentRequest, ToolSpec
 from openflow.engine.review import review_request, reviewer_node
@@ -251,7 +252,7 @@ def by_reference(
         tool_names=names,
         evidence_prompts=tuple(evidence),
     )
-    return header.model_copy(update=update), refs
+    return replaced(header, update), refs
 
 
 def restore(header: AgentRequest, refs: HeaderRefs, parts: Mapping[str, Any]) -> AgentRequest:
@@ -280,7 +281,7 @@ def restore(header: AgentRequest, refs: HeaderRefs, parts: Mapping[str, Any]) ->
             whole.append(_in_order(node))
         run_evidence = {**header.input["runEvidence"], "nodes": whole}
         update["input"] = {**header.input, "runEvidence": run_evidence}
-    return header.model_copy(update=update)
+    return replaced(header, update)
 
 
 #: An evidence node's keys in the order `review.run_evidence` writes them.

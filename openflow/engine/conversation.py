@@ -442,14 +442,15 @@ def take_reply(
     conversation keeps is then sent by reference.
     """
     report_usage(step, seat.key, reply)
-    refs = (
-        {_key(item): origin for item, origin in zip(reply_items(reply), stored, strict=True)}
-        if stored is not None
-        else {}
-    )
+    refs: dict[str, StoredItemRef] | None = None if stored is not None else {}
 
     def keep(item: TranscriptItem) -> None:
-        append(step, seat, item, refs.get(_key(item)))
+        nonlocal refs
+        if refs is None:
+            # Made for the first item kept (a reply that submits keeps none of its own).
+            assert stored is not None
+            refs = {_key(i): origin for i, origin in zip(reply_items(reply), stored, strict=True)}
+        append(step, seat, item, refs.get(_key(item)) if refs else None)
 
     for block in reply.reasoning:
         if block.type in ("text", "summary") and block.text.strip():

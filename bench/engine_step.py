@@ -8,9 +8,17 @@ the figures are the median step around `--short` and `--long` items.
 
     python -m bench.engine_step [--turns 260] [--short 50] [--long 500] [--rounds 5]
     python -m bench.engine_step --before /tmp/old-checkout   # the same, old code side by side
+    python -m bench.engine_step --dag [--runs 200] [--before /tmp/old-checkout]
 
 `--before` runs this script again with `PYTHONPATH` pointing at another checkout (an older
 commit, say), its rounds alternating with this checkout's, and prints both.
+
+`--dag` measures instead the CPU the engine spends on a whole run of `bench.scale.dag()` (a
+root, two parallel children, the post-run review; each one turn that submits, as the
+throughput batch of `bench.scale` runs it): the run's start, for each model call the pure
+work the shell does before it sends one (the header by reference, its header set's digest,
+the input's recipe, the eager reads), each reply's step and the dump of what travels (the
+intents' deltas and recipes). The figure is the median of `--runs` runs' CPU, in µs.
 """
 
 from __future__ import annotations
@@ -26,8 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from openflow.engine import advance as engine
+from openflow.engine.advance import eager_tools
+from openflow.engine.headers import by_reference, expected_parts, header_set, part_digest
 from openflow.engine.policy import HARNESS_SUBMIT
-from openflow.engine.request import ModelReply, RawToolCall
+from openflow.engine.recipes import input_recipe
+from openflow.engine.request import ModelReply, RawToolCall, UsageReport
 from openflow.engine.spec import Workflow
 from openflow.engine.state import (
     CallModel,
@@ -35,6 +46,7 @@ from openflow.engine.state import (
     HandoffStored,
     ModelReplied,
     Plan,
+    RunSnapshot,
     RunTools,
     SleepUntil,
     StoredItemRef,
@@ -145,6 +157,103 @@ def one_run(turns: int) -> list[tuple[int, int]]:
     return samples
 
 
+#: The tools a prepared run of the scale DAG offers (as `prepare_run` lists them).
+DAG_TOOLS = (
+    "apply_patch", "ast_edit", "ast_grep", "bash", "edit", "find", "ls",
+    "openflow_update_todo_list", "read", "search", "write",
+)  # fmt: skip
+
+
+def _submit(intent: CallModel, output: dict[str, Any]) -> ModelReplied:
+    """The reply of a scripted echo turn: one call that submits `output`, in the transcript."""
+    node = intent.node_id
+    call = _call(HARNESS_SUBMIT, {"output": output, "assistant_message": ""}, f"call-{node}-1-1")
+    reply = ModelReply(
+        wire="scripted",
+        model="bench-model",
+        tool_calls=(call,),
+        usage=UsageReport(prompt_tokens=100, completion_tokens=10, cost_usd=0.0),
+    )
+    return ModelReplied(
+        call_id=intent.call_id,
+        node_id=node,
+        reply=reply,
+        persisted_len=intent.delta.base_len + _delta_len(intent),
+        in_transcript=True,
+        ms=0,
+        # A node's turn stores the handoff of what it submits (the review has none).
+        handoff_stored=intent.purpose == "node",
+    )
+
+
+def _shell_call(intent: CallModel, snapshot: RunSnapshot, parts: frozenset[str]) -> None:
+    """The engine's part of what the shell does before it sends a model call
+    (`workflows.calls.model_turn`): the header by reference, its set's digest, the input's
+    recipe, the eager reads; then the dump of the call's delta and recipe (the activity's
+    input)."""
+    header = intent.request.model_copy(update={"turn_index": 0})
+    slim, refs = by_reference(header, parts)
+    recipe = None
+    if refs is not None and part_digest(header_set(slim, refs)) in parts:
+        _, recipe = input_recipe(snapshot, slim.input, parts)
+    eager_tools(snapshot, intent.node_id, intent.request.tool_names)
+    intent.delta.model_dump(mode="json")
+    if recipe is not None:
+        recipe.model_dump(mode="json")
+
+
+def dag_run(wf: Workflow, parts: frozenset[str] | None) -> tuple[int, frozenset[str]]:
+    """(CPU ns, the header parts its start foretold) of one run of the scale DAG on the engine
+    alone; `parts` from an earlier run of the same workflow (a worker keeps them), or None."""
+    began = time.process_time_ns()
+    now = 1_000
+    plan = engine.start(
+        wf,
+        "bench-run",
+        now,
+        entrypoint_text="bench",
+        execution_dir="/tmp/bench/runs/bench-run/workspace",
+        tool_names=DAG_TOOLS,
+    )
+    if parts is None:
+        paused = time.process_time_ns()
+        parts = frozenset(expected_parts(plan.snapshot))  # once a workflow on a worker
+        began += time.process_time_ns() - paused
+    pending = [i for i in plan.intents if isinstance(i, CallModel)]
+    while pending:
+        # The children's turns run in parallel: each reply is a step of its own.
+        replies: list[ModelReplied] = []
+        for intent in pending:
+            _shell_call(intent, plan.snapshot, parts)
+            # The reply comes from the activity's result (the shell's work, not timed).
+            paused = time.process_time_ns()
+            output = {"suggestions": []} if intent.purpose == "review" else {"summary": "bench"}
+            replies.append(_submit(intent, output))
+            began += time.process_time_ns() - paused
+        pending = []
+        for fact in replies:
+            now += 5
+            plan = engine.advance(plan.snapshot, [fact], now, each=True)
+            pending += [i for i in plan.intents if isinstance(i, CallModel)]
+    elapsed = time.process_time_ns() - began
+    if not plan.done or plan.status != "completed":
+        raise SystemExit(f"the bench run did not complete: {plan.status}")
+    return elapsed, parts
+
+
+def measure_dag(runs: int, rounds: int) -> dict[str, float]:
+    from bench.scale import dag
+
+    wf = dag()  # one workflow for every run, as a worker shares it by digest
+    _, parts = dag_run(wf, None)
+    for _ in range(20):  # warm up imports and caches
+        dag_run(wf, parts)
+    medians = []
+    for _ in range(rounds):
+        medians.append(statistics.median(dag_run(wf, parts)[0] for _ in range(runs)) / 1000)
+    return {"run": min(medians)}
+
+
 def around(samples: list[tuple[int, int]], length: int) -> list[int]:
     """The CPU ns of the `WINDOW` steps each side of the first at `length` items or more."""
     at = next((i for i, (n, _) in enumerate(samples) if n >= length), None)
@@ -168,6 +277,8 @@ def _measure_in(checkout: Path, args: argparse.Namespace) -> dict[str, float]:
     """One round of this script's figures with `checkout`'s engine, in a process of its own."""
     forwarded = ["--turns", str(args.turns), "--short", str(args.short)]
     forwarded += ["--long", str(args.long), "--rounds", "1", "--json"]
+    if args.dag:
+        forwarded += ["--dag", "--runs", str(args.runs)]
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), *forwarded],
         env={**os.environ, "PYTHONPATH": str(checkout)},
@@ -188,11 +299,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="runs; the best median is kept")
     parser.add_argument("--before", help="another checkout to measure the same way")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    parser.add_argument("--dag", action="store_true", help="CPU per run of the scale DAG")
+    parser.add_argument("--runs", type=int, default=200, help="--dag: runs a round")
     args = parser.parse_args(argv)
-    if args.turns < 1 or args.rounds < 1 or not 0 < args.short < args.long:
-        parser.error("--turns and --rounds must be positive and 0 < --short < --long")
+    if args.turns < 1 or args.rounds < 1 or args.runs < 1 or not 0 < args.short < args.long:
+        parser.error("--turns, --runs and --rounds must be positive and 0 < --short < --long")
+    keys = ("run",) if args.dag else ("short", "long")
     if args.json or not args.before:
-        mine = measure(args.turns, args.short, args.long, args.rounds)
+        if args.dag:
+            mine = measure_dag(args.runs, args.rounds)
+        else:
+            mine = measure(args.turns, args.short, args.long, args.rounds)
         if args.json:
             print(json.dumps(mine))
             return 0
@@ -207,10 +324,13 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for name, checkout in sides.items():
                 seen[name].append(_measure_in(checkout, args))
-        rows = [
-            (name, {k: min(r[k] for r in runs) for k in ("short", "long")})
-            for name, runs in seen.items()
-        ]
+        rows = [(name, {k: min(r[k] for r in runs) for k in keys}) for name, runs in seen.items()]
+    if args.dag:
+        print(f"CPU of the engine per run of the scale DAG (µs, the best of {args.rounds} rounds'")
+        print(f"medians of {args.runs} runs):")
+        for name, row in rows:
+            print(f"{name:<40} {row['run']:>12.0f}")
+        return 0
     print(f"CPU per engine step (µs, the best of {args.rounds} rounds' medians):")
     print(f"{'':<40} {args.short:>6} items {args.long:>6} items   long/short")
     for name, row in rows:

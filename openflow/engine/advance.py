@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from openflow.engine.budget import run_budget
 from openflow.engine.build import snapshot_agents
 from openflow.engine.conversation import Seat, update_conversation
+from openflow.engine.copies import trusted
+from openflow.engine.errors import WorkflowValidationError
 from openflow.engine.events import ActionIgnored, ChatMessage, Error, RunResumed, RunStarted
 from openflow.engine.facts import (
     IGNORED_TEXT_CHARS,
@@ -58,14 +60,19 @@ from openflow.engine.transcript import Attachment
 
 def _finish(step: Step, facts: tuple[Fact, ...] = ()) -> Plan:
     status: RunStatus = step.s.status
-    return Plan(
-        snapshot=step.s,
-        events=tuple(step.events),
-        intents=tuple(step.intents),
-        awaiting=awaiting(step),
-        done=step.s.finished,
-        status=status,
-        facts=facts,
+    # Every field is the engine's own, of its type already: the plan is not validated again.
+    return trusted(
+        Plan,
+        {
+            "snapshot": step.s,
+            "events": tuple(step.events),
+            "intents": tuple(step.intents),
+            "awaiting": awaiting(step),
+            "done": step.s.finished,
+            "status": status,
+            "rejected": None,
+            "facts": facts,
+        },
     )
 
 
@@ -175,7 +182,7 @@ def start(
         step.emit(Error(message=text))
     for node_id, notice in mcp_notices(workflow, warnings):
         step.emit(ChatMessage(node_id=node_id, role="system", content=notice))
-    problems = workflow_problems(workflow, limits=limits)
+    problems = _problems(workflow, limits)
     if start_error is not None:
         step.terminal("", f"the run could not start: {start_error}")
     elif limits and too_long is not None:
@@ -188,6 +195,22 @@ def start(
         )
     schedule(step)
     return _finish(step)
+
+
+#: The problems of the workflows runs started with lately, by their JSON and `limits`: every
+#: run of a workflow starts with the same (a pure function of them), found once.
+_PROBLEMS: dict[tuple[str, bool], tuple[WorkflowValidationError, ...]] = {}
+_KNOWN_WORKFLOWS = 64
+
+
+def _problems(workflow: Workflow, limits: bool) -> list[WorkflowValidationError]:
+    key = (workflow.model_dump_json(), limits)
+    found = _PROBLEMS.get(key)
+    if found is None:
+        if len(_PROBLEMS) >= _KNOWN_WORKFLOWS:
+            _PROBLEMS.clear()
+        found = _PROBLEMS[key] = tuple(workflow_problems(workflow, limits=limits))
+    return list(found)
 
 
 def mcp_notices(workflow: Workflow, warnings: Sequence[str]) -> list[tuple[str, str]]:

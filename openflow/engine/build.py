@@ -12,6 +12,7 @@ from typing import Any
 
 from openflow.engine import prompts
 from openflow.engine.classify import TurnError
+from openflow.engine.copies import json_copy, replaced
 from openflow.engine.events import SubagentSummary
 from openflow.engine.harness import cache_key_for, harness_tool_specs, submission_parameters
 from openflow.engine.policy import (
@@ -218,15 +219,48 @@ def build_request(step: Step, node_id: str) -> AgentRequest | None:
         cache_key=cache_key_for(step.wf.id, node_id, tool_names),
         turn_index=ns.calls_done,
     )
-    harness = harness_tool_specs(
-        request,
-        allow_free_text_input=bool(tools_cfg.allow_free_text_user_input),
-        allow_structured_input=bool(tools_cfg.allow_structured_user_input),
+    available = (
+        [(r.name, r.id) for r in callable_records(step, node_id)]
+        if offers_runtime(step, node_id)
+        else None
     )
-    if offers_runtime(step, node_id):
-        available = [(r.name, r.id) for r in callable_records(step, node_id)]
-        harness += [declare_tool_spec(), call_tool_spec(available)]
-    return request.model_copy(update={"harness_tools": tuple(harness)})
+    harness = _node_harness(
+        request,
+        bool(tools_cfg.allow_free_text_user_input),
+        bool(tools_cfg.allow_structured_user_input),
+        available,
+    )
+    return replaced(request, {"harness_tools": harness})
+
+
+#: The harness tools of recent node requests, by what they are made of (`_node_harness`):
+#: frozen, shared by every call that offers the same.
+_HARNESS: dict[str, tuple[ToolSpec, ...]] = {}
+_KNOWN_HARNESS = 256
+
+
+def _node_harness(
+    request: AgentRequest,
+    free_text: bool,
+    structured: bool,
+    available: list[tuple[str, str]] | None,
+) -> tuple[ToolSpec, ...]:
+    """A node request's harness tools, then the runtime ones when `available` (the callable
+    subagents) is not None."""
+    key = json.dumps(
+        [request.output_schema, request.allow_user_input, free_text, structured, available]
+    )
+    found = _HARNESS.get(key)
+    if found is None:
+        harness = harness_tool_specs(
+            request, allow_free_text_input=free_text, allow_structured_input=structured
+        )
+        if available is not None:
+            harness += [declare_tool_spec(), call_tool_spec(available)]
+        if len(_HARNESS) >= _KNOWN_HARNESS:
+            _HARNESS.clear()
+        found = _HARNESS[key] = tuple(harness)
+    return found
 
 
 def build_repair_request(step: Step, node_id: str, err: TurnError) -> AgentRequest | None:
@@ -315,7 +349,7 @@ def declare_tool_spec() -> ToolSpec:
     return ToolSpec(
         name=DECLARE_SUBAGENTS,
         description=prompts.DECLARE_SUBAGENTS_DESCRIPTION,
-        parameters=json.loads(json.dumps(_DECLARE_PARAMETERS)),
+        parameters=json_copy(_DECLARE_PARAMETERS),
         tier="write",
         concurrency="shared",
     )
@@ -326,7 +360,7 @@ def call_tool_spec(available: list[tuple[str, str]]) -> ToolSpec:
     return ToolSpec(
         name=CALL_SUBAGENT,
         description=prompts.call_subagent_description(available),
-        parameters=json.loads(json.dumps(_CALL_PARAMETERS)),
+        parameters=json_copy(_CALL_PARAMETERS),
         tier="write",
         concurrency="shared",
     )
@@ -346,7 +380,7 @@ def child_config(step: Step, node_id: str, child: ChildRun) -> tuple[str, dict[s
     name = record.name if record is not None else child.subagent_id
     purpose = record.purpose if record is not None else ""
     system = prompts.adhoc_subagent_system(name, purpose)
-    schema = json.loads(json.dumps(DEFAULT_OUTPUT_SCHEMA))
+    schema = json_copy(DEFAULT_OUTPUT_SCHEMA)
     return system, schema, step.approval_mode(node_id), step.node_model(node_id)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from jsonschema import SchemaError, validators
 from pydantic import BaseModel, ConfigDict
 
+from openflow.engine.copies import json_copy
 from openflow.engine.limits import MAX_JSON_DEPTH, text_depth
 from openflow.engine.policy import (
     HARNESS_REQUEST_INPUT,
@@ -111,9 +112,28 @@ def _validator(canonical: str) -> Any:
     return cls(schema)
 
 
+#: The validators of the schemas lately checked against, by identity: (the schema, a copy of
+#: it as it was, its validator). A node's schema is its workflow's (shared by every run of
+#: it), so its validator is found without writing the schema's JSON each reply; a schema
+#: changed in place since is found by its JSON again.
+_by_schema: dict[int, tuple[dict[str, Any], dict[str, Any], Any]] = {}
+_KNOWN_SCHEMAS = 256
+
+
+def _schema_validator(schema: dict[str, Any]) -> Any:
+    known = _by_schema.get(id(schema))
+    if known is not None and known[0] is schema and known[1] == schema:
+        return known[2]
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    if len(_by_schema) >= _KNOWN_SCHEMAS:
+        _by_schema.clear()
+    _by_schema[id(schema)] = (schema, json_copy(schema), validator)
+    return validator
+
+
 def schema_problem(schema: dict[str, Any], value: Any) -> str | None:
     """The first validation problem of `value` against `schema`, or None (bad schemas pass)."""
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    validator = _schema_validator(schema)
     if validator is None:
         return None
     # A schema comes from the workflow file: one jsonschema cannot apply (say an unresolvable
@@ -188,9 +208,12 @@ def complete_submit(
     markdown_headings: list[str] | None = None,
 ) -> Completed | TurnError:
     """The submit completion protocol (spec 3.3) plus the engine's own schema check."""
-    if not raw and args is not None:
-        raw = json.dumps(args, ensure_ascii=False)
-    candidate = raw[:REPAIR_CANDIDATE_LIMIT] if raw else None
+
+    def candidate() -> str | None:
+        # What a repair starts from: written only for a submission that needs one.
+        text = json.dumps(args, ensure_ascii=False) if not raw and args is not None else raw
+        return text[:REPAIR_CANDIDATE_LIMIT] if text else None
+
     if finish_reason == "length":
         return TurnError(
             error="malformed",
@@ -202,7 +225,7 @@ def complete_submit(
             error="malformed",
             message="submit arguments are not valid JSON",
             tool_names=(HARNESS_SUBMIT,),
-            candidate=candidate,
+            candidate=candidate(),
         )
     envelope = _normalize_envelope(args, schema)
     if "output" not in envelope:
@@ -210,7 +233,7 @@ def complete_submit(
             error="malformed",
             message='submit arguments must be {"output": ..., "assistant_message": ...}',
             tool_names=(HARNESS_SUBMIT,),
-            candidate=candidate,
+            candidate=candidate(),
         )
     output = envelope["output"]
     message = envelope.get("assistant_message")
@@ -224,7 +247,7 @@ def complete_submit(
             error="malformed",
             message=f"the output does not match the schema: {problem}",
             tool_names=(HARNESS_SUBMIT,),
-            candidate=candidate,
+            candidate=candidate(),
         )
     text = strip_markup(message) if isinstance(message, str) else ""
     return Completed(output=output, assistant_message=text)

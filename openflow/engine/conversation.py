@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from openflow.engine.classify import TurnError
+from openflow.engine.copies import replaced
 from openflow.engine.errors import EngineError
 from openflow.engine.events import (
     ChatMessage,
@@ -100,7 +101,7 @@ def put(step: Step, seat: Seat, conv: Conversation) -> None:
     if seat.subagent_id is None:
         step.update_node(seat.node_id, conversation=conv)
     else:
-        child = _child(ns, seat).model_copy(update={"conversation": conv})
+        child = replaced(_child(ns, seat), {"conversation": conv})
         step.update_node(seat.node_id, child=child)
 
 
@@ -109,7 +110,7 @@ def update_conversation(step: Step, seat: Seat, **changes: Any) -> Conversation:
     conv = conversation(step, seat)
     if all(getattr(conv, name) is value for name, value in changes.items()):
         return conv
-    new = conv.model_copy(update=changes)
+    new = replaced(conv, changes)
     if "transcript" not in changes:
         known = _known(conv)
         if known is not None:
@@ -441,14 +442,15 @@ def take_reply(
     conversation keeps is then sent by reference.
     """
     report_usage(step, seat.key, reply)
-    refs = (
-        {_key(item): origin for item, origin in zip(reply_items(reply), stored, strict=True)}
-        if stored is not None
-        else {}
-    )
+    refs: dict[str, StoredItemRef] | None = None if stored is not None else {}
 
     def keep(item: TranscriptItem) -> None:
-        append(step, seat, item, refs.get(_key(item)))
+        nonlocal refs
+        if refs is None:
+            # Made for the first item kept (a reply that submits keeps none of its own).
+            assert stored is not None
+            refs = {_key(i): origin for i, origin in zip(reply_items(reply), stored, strict=True)}
+        append(step, seat, item, refs.get(_key(item)) if refs else None)
 
     for block in reply.reasoning:
         if block.type in ("text", "summary") and block.text.strip():

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from openflow.engine.copies import replaced
 from openflow.engine.request import UsageReport
 from openflow.engine.transcript import Attachment, ToolCall
 
@@ -587,7 +588,7 @@ RunEventAdapter: TypeAdapter[list[RunEvent]] = TypeAdapter(list[RunEvent])
 
 def stamped(event: RunEvent, *, seq: int, at_ms: int) -> RunEvent:
     """The event as appended to the run's log: numbered and timed."""
-    return event.model_copy(update={"seq": seq, "at_ms": at_ms})
+    return replaced(event, {"seq": seq, "at_ms": at_ms})
 
 
 __all__ = [

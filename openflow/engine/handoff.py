@@ -7,6 +7,7 @@ alone whether the file stored is the one its accepted submission makes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any, Literal
 from urllib.parse import quote
@@ -51,6 +52,7 @@ def handoff_file(node_id: str, fmt: HandoffFileFormat, output: Any) -> HandoffFi
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def handoff_key(node_id: str, fmt: HandoffFileFormat) -> str:
     """Where a node's handoff file is in the run store."""
     name = "HANDOFF.md" if fmt == "markdown" else "HANDOFF.json"

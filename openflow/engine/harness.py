@@ -6,13 +6,13 @@ order, and the engine recognises them by name when it classifies a reply.
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from openflow.engine.copies import json_copy
 from openflow.engine.policy import HARNESS_ASK_QUESTION as ASK_QUESTION_TOOL
 from openflow.engine.policy import HARNESS_REQUEST_INPUT as REQUEST_INPUT_TOOL
 from openflow.engine.policy import HARNESS_SUBMIT as SUBMIT_TOOL
@@ -154,7 +154,7 @@ def harness_tool_specs(
             ToolSpec(
                 name=ASK_QUESTION_TOOL,
                 description=_ASK_QUESTION_DESCRIPTION,
-                parameters=copy.deepcopy(_ASK_QUESTION_SCHEMA),
+                parameters=json_copy(_ASK_QUESTION_SCHEMA),
                 tier="read",
             )
         )

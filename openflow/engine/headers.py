@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from openflow.engine.build import build_request
+from openflow.engine.copies import replaced
 from openflow.engine.recipes import foretold
 from openflow.engine.request import AgentRequest, ToolSpec
 from openflow.engine.review import review_request, reviewer_node
@@ -58,11 +59,37 @@ def text_digest(text: str) -> str:
     return found if found is not None else _remember(text, part_digest(text))
 
 
+#: The digests of the tools lately digested, by identity (a tool is frozen, and the harness
+#: tools of a node's requests are one set of tools, `build._node_harness`): (tool, digest).
+_tools: dict[int, tuple[ToolSpec, str]] = {}
+
+
 def tool_digest(tool: ToolSpec) -> str:
     """`part_digest` of a tool's JSON dump, made once a tool."""
+    known = _tools.get(id(tool))
+    if known is not None and known[0] is tool:
+        return known[1]
     key = "\0" + tool.model_dump_json()
     found = _digests.get(key)
-    return found if found is not None else _remember(key, part_digest(tool.model_dump(mode="json")))
+    if found is None:
+        found = _remember(key, part_digest(tool.model_dump(mode="json")))
+    if len(_tools) >= _KNOWN_DIGESTS:
+        _tools.clear()
+    _tools[id(tool)] = (tool, found)
+    return found
+
+
+_names: dict[tuple[str, ...], str] = {}
+
+
+def names_digest(names: tuple[str, ...]) -> str:
+    """`part_digest(list(names))`, made once a list of tool names."""
+    found = _names.get(names)
+    if found is None:
+        if len(_names) >= _KNOWN_DIGESTS:
+            _names.clear()
+        found = _names[names] = part_digest(list(names))
+    return found
 
 
 def _keep(found: dict[str, Any], value: Any) -> None:
@@ -183,7 +210,7 @@ def by_reference(
     tools = [d if d in stored else "" for d in tools]
     schema = part_digest(header.output_schema) if header.output_schema else ""
     schema = schema if schema in stored else ""
-    names = part_digest(list(header.tool_names)) if header.tool_names else ""
+    names = names_digest(header.tool_names) if header.tool_names else ""
     names = names if names in stored else ""
     evidence: list[tuple[str, ...]] = []
     nodes = _evidence_nodes(header)
@@ -225,7 +252,7 @@ def by_reference(
         tool_names=names,
         evidence_prompts=tuple(evidence),
     )
-    return header.model_copy(update=update), refs
+    return replaced(header, update), refs
 
 
 def restore(header: AgentRequest, refs: HeaderRefs, parts: Mapping[str, Any]) -> AgentRequest:
@@ -254,7 +281,7 @@ def restore(header: AgentRequest, refs: HeaderRefs, parts: Mapping[str, Any]) ->
             whole.append(_in_order(node))
         run_evidence = {**header.input["runEvidence"], "nodes": whole}
         update["input"] = {**header.input, "runEvidence": run_evidence}
-    return header.model_copy(update=update)
+    return replaced(header, update)
 
 
 #: An evidence node's keys in the order `review.run_evidence` writes them.

@@ -119,7 +119,15 @@ def diff(base: Any, value: Any) -> Any:
         pairs = enumerate(zip(base, value, strict=True))
         patch = {str(i): d for i, (b, v) in pairs if (d := diff(b, v)) is not None}
         return patch or None
+    kind = type(base)
+    if kind is type(value) and kind in _PLAIN:
+        # Two strings, integers, booleans or nulls have the same JSON when they are equal.
+        return None if base == value else [value]
     return None if _text(base) == _text(value) else [value]
+
+
+#: The JSON values whose JSON is the same exactly when they are equal (and of one type).
+_PLAIN = frozenset({str, int, bool, type(None)})
 
 
 def apply(base: Any, patch: Any) -> Any:

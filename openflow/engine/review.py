@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from openflow.engine.classify import Completed, Outcome, TurnError
+from openflow.engine.copies import replaced
 from openflow.engine.harness import cache_key_for, harness_tool_specs
 from openflow.engine.pretty import pretty_json
-from openflow.engine.request import AgentRequest
+from openflow.engine.request import AgentRequest, ToolSpec
 from openflow.engine.state import RunSnapshot
 
 REVIEW_NODE = "__post_run_review"
@@ -90,7 +91,14 @@ def review_request(snapshot: RunSnapshot, node_id: str) -> AgentRequest:
         reasoning_budget_tokens=budget if isinstance(budget, int) else None,
         cache_key=cache_key_for(snapshot.workflow.id, REVIEW_NODE, []),
     )
-    return request.model_copy(update={"harness_tools": tuple(harness_tool_specs(request))})
+    if not _HARNESS:
+        # The same for every review (its schema is `SUGGESTIONS_SCHEMA`, it asks no one):
+        # made once, shared (the tools are frozen).
+        _HARNESS.append(tuple(harness_tool_specs(request)))
+    return replaced(request, {"harness_tools": _HARNESS[0]})
+
+
+_HARNESS: list[tuple[ToolSpec, ...]] = []
 
 
 def run_evidence(snapshot: RunSnapshot) -> dict[str, Any]:

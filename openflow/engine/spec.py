@@ -7,7 +7,6 @@ a file loaded and saved again loses nothing.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
@@ -21,6 +20,7 @@ from pydantic import (
     field_validator,
 )
 
+from openflow.engine.copies import json_copy
 from openflow.engine.errors import WorkflowFormatError
 from openflow.engine.limits import (
     MAX_EDGES,
@@ -491,17 +491,17 @@ def object_schema_or_default(schema: Any) -> dict[str, Any]:
     """An object schema as it is, else a copy of the `{summary}` fallback (spec 1.4)."""
     if isinstance(schema, dict) and (schema.get("type") == "object" or "properties" in schema):
         return schema
-    return copy.deepcopy(DEFAULT_OUTPUT_SCHEMA)
+    return json_copy(DEFAULT_OUTPUT_SCHEMA)
 
 
 def effective_output_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str, Any]:
     """The schema a node's output must satisfy (spec 1.4 fallback to `{summary}`), a copy."""
-    return copy.deepcopy(object_schema_or_default(agent.output_schema))
+    return json_copy(object_schema_or_default(agent.output_schema))
 
 
 def submission_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str, Any]:
     """The schema of the submit tool: `{markdown}` for Markdown handoffs, else the effective one."""
-    return copy.deepcopy(read_submission_schema(agent))
+    return json_copy(read_submission_schema(agent))
 
 
 def read_submission_schema(agent: AgentNodeConfig | CallableAgent) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from openflow.engine.copies import replaced
 from openflow.engine.events import RunEvent, SubagentStatus
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure
 from openflow.engine.spec import Budget, CallableAgent, Workflow
@@ -449,7 +450,7 @@ def working_copy(model: _M, share: Collection[str] = ()) -> _M:
             update[name] = {k: working_copy(v) for k, v in value.items()}
         else:
             update[name] = value.copy()
-    return model.model_copy(update=update)
+    return replaced(model, update)
 
 
 def _copy_plan(cls: type[BaseModel]) -> _Plan:

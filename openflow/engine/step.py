@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from openflow.engine.copies import replaced
 from openflow.engine.events import Error, PhaseTimed, RunEvent, SubagentStatus, stamped
 from openflow.engine.graph import ancestors, execution_depths, parents, parents_map
 from openflow.engine.policy import Tier, tool_tier
@@ -111,7 +112,7 @@ class Step:
 
     def update_node(self, node_id: str, **changes: Any) -> NodeState:
         """Replace fields of a node's state (a shallow copy, not validated); the new state."""
-        ns = self.s.nodes[node_id].model_copy(update=changes)
+        ns = replaced(self.s.nodes[node_id], changes)
         self.s.nodes[node_id] = ns
         return ns
 
@@ -127,7 +128,7 @@ class Step:
     def set_status(self, subagent_id: str, status: SubagentStatus) -> None:
         record = self.s.subagents.get(subagent_id)
         if record is not None:
-            self.s.subagents[subagent_id] = record.model_copy(update={"status": status})
+            self.s.subagents[subagent_id] = replaced(record, {"status": status})
 
     def subagent_name(self, subagent_id: str) -> str:
         record: SubagentRecord | None = self.s.subagents.get(subagent_id)

@@ -29,6 +29,7 @@ def omit_defaults(value: BaseModel, data: Any) -> Any:
     """`data`, the dump of `value`, without its top-level optional fields at their defaults."""
     if not isinstance(data, dict):
         return data
+    held = value.__dict__
     for name, keys, default, field in _optional_fields(type(value)):
         for key in keys:
             if key in data:
@@ -37,7 +38,8 @@ def omit_defaults(value: BaseModel, data: Any) -> Any:
             continue
         if default is _UNSET:
             default = _fresh_default(field)
-        if getattr(value, name) == default:
+        item = held[name] if name in held else getattr(value, name)
+        if item is default or item == default:
             del data[key]
     return data
 
@@ -54,7 +56,9 @@ def _optional_fields(model: type[BaseModel]) -> tuple[_OptionalField, ...]:
         known = tuple(
             (
                 name,
-                tuple(k for k in (field.serialization_alias, field.alias, name) if k),
+                tuple(
+                    dict.fromkeys(k for k in (field.serialization_alias, field.alias, name) if k)
+                ),
                 field.get_default(call_default_factory=True)
                 if field.default_factory is None or field.default_factory in _PLAIN_FACTORIES
                 else _UNSET,

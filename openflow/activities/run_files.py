@@ -52,7 +52,7 @@ class RunFiles:
         #: profiles, so a worker holding hundreds of them keeps one parsed copy.
         self._contents: Lru[bytes, Any] = Lru(64)
         self._batches: Lru[tuple[str, str], bytes] = Lru(64)
-        self._written: Lru[tuple[str, str], bytes] = Lru(256)
+        self._written: Lru[tuple[str, str], tuple[tuple[int, int], bytes]] = Lru(256)
         self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
         self._later: collections.deque[tuple[str, str, bytes]] = collections.deque()
         self._workspaces: str | None = None
@@ -124,22 +124,25 @@ class RunFiles:
 
     def keep_written(self, run_id: str, key: str, data: bytes) -> None:
         """Keep what this worker just stored under `key` (a handoff: the next nodes' calls,
-        usually made here, read it into their input)."""
-        self._written.put((run_id, key), data)
+        usually made here, read it into their input), on a store that keeps stamps."""
+        stamp = self.stamp(run_id, key)
+        if stamp is not None:
+            self._written.put((run_id, key), (stamp, data))
 
     def stored_bytes(self, run_id: str, key: str, *, kept: bool = True) -> bytes:
-        """What is stored under `key`, from what this worker kept of what it stored (batches,
-        handoffs) when it has it (and `kept`), else from the store.
+        """What is stored under `key`, from what this worker kept of what it stored (batches;
+        handoffs still there as it left them) when it has it (and `kept`), else from the store.
 
-        What was kept may be older than the store's (a run restored from a checkpoint,
-        another worker's write): callers check what they read against what they expect, and
-        read again with `kept=False` when it is not."""
+        What was kept may be older than the store's (another worker's write within the
+        stamp's resolution): callers check what they read against what they expect, and read
+        again with `kept=False` when it is not."""
         if kept:
             found = self._batches.get((run_id, key))
-            if found is None:
-                found = self._written.get((run_id, key))
             if found is not None:
                 return found
+            written = self._written.get((run_id, key))
+            if written is not None and written[0] == self.stamp(run_id, key):
+                return written[1]
         return self.store.get_bytes(run_id, key)
 
     def cache_blob(

@@ -4,10 +4,12 @@
 future with its condition, the pool's idle semaphore, and the wake-up of a thread: on a busy
 machine the woken thread takes the loop's core while the loop still holds the GIL), a future
 chained to the loop's, and a wake-up of the loop (`call_soon_threadsafe`) when the call ends.
-Here a call waits in a queue for threads of its own, a thread on its way takes every call
-queued by then (a few at most, so a burst still writes in parallel), and one wake-up of the
-loop hands back all their results. Under load many turns end at once and share a hop; a call
-alone costs the loop about half of what `to_thread` costs.
+Here a call waits in a queue for threads of its own. A thread is woken only when none is at
+work on the queue: one at work takes the calls queued meanwhile when it is done with its own
+(a few a hop; a longer backlog wakes another thread beside it, so a burst still writes in
+parallel), and one wake-up of the loop hands back the results of a hop. Under load the turns
+ending one after another share a thread that stays awake; a call alone costs the loop about
+half of what `to_thread` costs.
 
 What each call does is unchanged (its writes and their syncs are its own), and its result
 comes back only once it has returned: a caller awaiting a write knows it is on disk.
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import functools
 import queue
@@ -43,8 +44,8 @@ class _Queued:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.calls: collections.deque[_Call] = collections.deque()
-        #: Hops asked of the threads that have not yet taken their calls.
-        self.hops = 0
+        #: Threads taking these calls (woken for them, or at work on them).
+        self.takers = 0
 
 
 class Hops:
@@ -53,7 +54,7 @@ class Hops:
     def __init__(self, most: int = MOST_A_HOP, threads: int = HOP_THREADS) -> None:
         self.most = most
         self.threads = threads
-        self._hops: queue.SimpleQueue[_Queued] = queue.SimpleQueue()
+        self._wake: queue.SimpleQueue[_Queued] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._queued: _Queued | None = None
         self._started = 0
@@ -68,52 +69,55 @@ class Hops:
         future: asyncio.Future[T] = loop.create_future()
         queued.calls.append((functools.partial(contextvars.copy_context().run, fn, *args), future))
         with self._lock:
-            ask = queued.hops == 0
-            if ask:
-                queued.hops = 1
-        if ask:
-            self._ask(queued)
+            # A thread at work takes the call when it is done with its own: no wake-up.
+            wake = queued.takers == 0
+            queued.takers += wake
+        if wake:
+            self._wake_one(queued)
         return future
 
-    def _ask(self, queued: _Queued) -> None:
-        """A hop for the calls queued: a thread waiting takes it (one is started while fewer
-        than `threads` are)."""
+    def _wake_one(self, queued: _Queued) -> None:
+        """A thread to take the calls queued (one more is started while fewer than `threads`
+        are)."""
         if self._started < self.threads:
             with self._lock:
                 start = self._started < self.threads
                 self._started += start
             if start:
                 threading.Thread(target=self._serve, name="openflow-hops", daemon=True).start()
-        self._hops.put(queued)
+        self._wake.put(queued)
 
     def _serve(self) -> None:
         while True:
-            self._hop(self._hops.get())
+            self._take(self._wake.get())
 
-    def _hop(self, queued: _Queued) -> None:
-        """Make the calls queued by now (at most `most`), then hand back their results."""
-        taken: list[_Call] = []
-        with self._lock:
-            queued.hops -= 1
-            calls = queued.calls
-            while calls and len(taken) < self.most:
-                taken.append(calls.popleft())
-            more = bool(calls) and queued.hops == 0
-            if more:
-                queued.hops += 1
-        if more:
-            # What is left goes in a hop of its own, beside this one.
-            self._ask(queued)
-        done: _Done = []
-        for call, future in taken:
+    def _take(self, queued: _Queued) -> None:
+        """Make the calls queued (at most `most` a hop) and hand back their results, hop
+        after hop until none are left; a backlog of more wakes another thread beside this."""
+        while True:
+            taken: list[_Call] = []
+            with self._lock:
+                calls = queued.calls
+                while calls and len(taken) < self.most:
+                    taken.append(calls.popleft())
+                if not taken:
+                    queued.takers -= 1
+                    return
+                helper = len(calls) > self.most and queued.takers < self.threads
+                queued.takers += helper
+            if helper:
+                self._wake_one(queued)
+            done: _Done = []
+            for call, future in taken:
+                try:
+                    done.append((future, call(), None))
+                except BaseException as exc:  # handed to its caller, as to_thread would
+                    done.append((future, None, exc))
             try:
-                done.append((future, call(), None))
-            except BaseException as exc:  # handed to its caller, as to_thread would
-                done.append((future, None, exc))
-        if done:
-            # A loop closed meanwhile has nobody awaiting these.
-            with contextlib.suppress(RuntimeError):
                 queued.loop.call_soon_threadsafe(_settle, done)
+            except RuntimeError:  # the loop closed meanwhile: nobody awaits these
+                with self._lock:
+                    queued.calls.clear()
 
 
 def _settle(done: _Done) -> None:

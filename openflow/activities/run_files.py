@@ -75,6 +75,13 @@ class RunFiles:
         stamp = getattr(self.store, "stamp", None)
         return stamp(run_id, key) if stamp is not None else None
 
+    def left_stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
+        """The log's stamp as this worker's last append to it left it (a local store), else
+        its current stamp (`stamp`)."""
+        left = getattr(self.store, "left_stamp", None)
+        found = left(run_id, key) if left is not None else None
+        return found if found is not None else self.stamp(run_id, key)
+
     def appended_stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
         """The log's stamp as this worker's last append left it (length, generation), when
         the store reports it (PostgreSQL)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,13 +25,15 @@ class ModelProviders:
         self.factory = factory
         self._scripted: Lru[tuple[str, str], Any] = Lru(64)
         self._settings: tuple[tuple[int, int], AppSettings] | None = None
+        self._settings_path: str | None = None
         self._prices: tuple[AppSettings, dict[str, ModelPrice | None]] | None = None
 
     def settings(self) -> AppSettings:
         """settings.json, parsed again only when the file changes."""
-        path = self.files.home / "settings.json"
+        if self._settings_path is None:
+            self._settings_path = str(self.files.home / "settings.json")
         try:
-            stat = path.stat()
+            stat = os.stat(self._settings_path)
             stamp: tuple[int, int] = (stat.st_mtime_ns, stat.st_size)
         except FileNotFoundError:
             stamp = (0, 0)

@@ -36,7 +36,7 @@ from openflow.engine.classify import Completed, classify_reply
 from openflow.engine.handoff import HandoffFile, handoff_file
 from openflow.engine.headers import HeaderRefs, from_set, restore
 from openflow.engine.policy import EAGER_TOOLS
-from openflow.engine.recipes import RECIPE_MARK, recipe_keys, resolve
+from openflow.engine.recipes import RECIPE_MARK, InputRecipe, recipe_keys, resolve
 from openflow.engine.request import AgentRequest, ModelReply, ProviderFailure, ToolSpec
 from openflow.engine.review import REVIEW_NODE, render_evidence
 from openflow.engine.transcript import TranscriptItem
@@ -216,7 +216,7 @@ class ModelTurnActivity:
             record_failure(inp, request, exc.failure.kind)
             if isinstance(delta, Unwritten):
                 # What the turn sent is stored all the same: the result says it is.
-                await heartbeating(asyncio.to_thread(self._append, inp.run_id, key, delta, []))
+                await heartbeating(self.files.off_loop(self._append, inp.run_id, key, delta, []))
             else:
                 # A header kept for the writes this turn does not make is stored now.
                 self.files.flush_cached()
@@ -243,9 +243,12 @@ class ModelTurnActivity:
         # The reply (and any results) go straight after what this turn sent, synced: the next
         # turn finds them in place, and they are the only full copy of the tools' output.
         # A submission's handoff is stored at the same time, so the node is done in this turn.
-        # One thread hop for the turn's writes: a hop costs the loop more than the handoff's
-        # small write costs the thread after the transcript's.
-        await heartbeating(asyncio.to_thread(self._append, inp.run_id, key, delta, items, handoff))
+        # One thread hop for the turn's writes (a hop costs the loop more than the handoff's
+        # small write costs the thread after the transcript's), shared with the writes of the
+        # turns ending beside it (`Hops`).
+        await heartbeating(
+            self.files.off_loop(self._append, inp.run_id, key, delta, items, handoff)
+        )
         result = c.ModelTurnResult(
             reply=reply,
             persisted_len=persisted,
@@ -349,8 +352,27 @@ class ModelTurnActivity:
         (a store that gives back anything else counts as one that lost it)."""
         recipe = inp.header_recipe
         assert recipe is not None
-        store = self.files.store
-        files = {key: store.get_bytes(inp.run_id, key) for key in recipe_keys(recipe)}
+        keys = recipe_keys(recipe)
+        # First from the handoffs this worker wrote (the upstream nodes' turns usually ran
+        # here); when they make another input than the call's (rewritten since, or restored
+        # from a checkpoint), from the store.
+        for kept in (True, False) if keys else (False,):
+            files = {key: self.files.stored_bytes(inp.run_id, key, kept=kept) for key in keys}
+            try:
+                made = self._made_from(inp, recipe, files)
+            except KeyNotFound:
+                if kept:
+                    continue
+                raise
+            if made is not None:
+                return made
+        raise KeyNotFound("the run store gave back another input than the call's")
+
+    def _made_from(
+        self, inp: c.ModelTurnInput, recipe: InputRecipe, files: dict[str, bytes]
+    ) -> tuple[AgentRequest, bytes] | None:
+        """The call's header and its JSON made with `files`, None when that is not the
+        header the call's digest names."""
         try:
             header_input = resolve(inp.header_input, recipe, self._stored_parts(inp.run_id), files)
         except (KeyError, TypeError, ValueError) as exc:
@@ -359,7 +381,7 @@ class ModelTurnActivity:
         header = self.from_set(inp.run_id, digest, header_input)
         data = header.model_dump_json().encode()
         if hashlib.sha256(data).hexdigest()[:16] != inp.header_digest:
-            raise KeyNotFound("the run store gave back another input than the call's")
+            return None
         return header, data
 
     def from_set(

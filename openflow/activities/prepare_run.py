@@ -99,7 +99,7 @@ class PrepareRunActivity:
         if inp.workflow is None:
             # One thread hop for the stored workflow, the settling that follows it and, for a
             # run without MCP, all it keeps.
-            stored, settled, kept_all = await asyncio.to_thread(self._stored_and_settled, inp)
+            stored, settled, kept_all = await self.files.off_loop(self._stored_and_settled, inp)
             if stored is None:
                 return c.PrepareResult(
                     profiles={},
@@ -112,7 +112,7 @@ class PrepareRunActivity:
         # Off the event loop (settings, provider SDK imports), so the heartbeat goes on however
         # long they take on a loaded machine.
         if settled is None:
-            found, kept_all = await asyncio.to_thread(self._settle_and_keep, inp)
+            found, kept_all = await self.files.off_loop(self._settle_and_keep, inp)
             settled = found
         settings, wf, profiles = settled
         if kept_all is not None:

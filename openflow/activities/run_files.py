@@ -3,21 +3,24 @@ worker keeps of the files a run writes once (its profiles, catalog and folder)."
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from openflow import contracts as c
+from openflow.activities.hops import Hops
 from openflow.activities.lru import Lru
 from openflow.activities.store import RunStore
 from openflow.settings import runtime_settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PROFILES_KEY = "profiles.json"
 CATALOG_KEY = "catalog.json"
@@ -49,9 +52,12 @@ class RunFiles:
         #: profiles, so a worker holding hundreds of them keeps one parsed copy.
         self._contents: Lru[bytes, Any] = Lru(64)
         self._batches: Lru[tuple[str, str], bytes] = Lru(64)
+        self._written: Lru[tuple[str, str], tuple[tuple[int, int], bytes]] = Lru(256)
         self._writer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="openflow-cache")
         self._later: collections.deque[tuple[str, str, bytes]] = collections.deque()
         self._workspaces: str | None = None
+        #: Blocking calls of activities on a local store (`off_loop`).
+        self.hops = Hops()
 
     # --- what the store can tell ----------------------------------------------------------
 
@@ -69,11 +75,26 @@ class RunFiles:
         stamp = getattr(self.store, "stamp", None)
         return stamp(run_id, key) if stamp is not None else None
 
+    def left_stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
+        """The log's stamp as this worker's last append to it left it (a local store), else
+        its current stamp (`stamp`)."""
+        left = getattr(self.store, "left_stamp", None)
+        found = left(run_id, key) if left is not None else None
+        return found if found is not None else self.stamp(run_id, key)
+
     def appended_stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
         """The log's stamp as this worker's last append left it (length, generation), when
         the store reports it (PostgreSQL)."""
         appended = getattr(self.store, "appended_stamp", None)
         return appended(run_id, key) if appended is not None else None
+
+    def off_loop(self, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]:
+        """`fn(*args)` in a thread: on a local store in a hop it shares with the calls made
+        beside it (`Hops`: a turn's writes, a start's files); on a remote one in a thread of its
+        own (`asyncio.to_thread`), so calls that wait on the network never wait on each other."""
+        if self.remote():
+            return asyncio.to_thread(fn, *args)
+        return self.hops.run(fn, *args)
 
     # --- files a run writes once ----------------------------------------------------------
 
@@ -108,10 +129,28 @@ class RunFiles:
         them."""
         self._batches.put((run_id, key), data)
 
-    def stored_bytes(self, run_id: str, key: str) -> bytes:
-        """What is stored under `key`, from the batches this worker kept when it has it."""
-        kept = self._batches.get((run_id, key))
-        return kept if kept is not None else self.store.get_bytes(run_id, key)
+    def keep_written(self, run_id: str, key: str, data: bytes) -> None:
+        """Keep what this worker just stored under `key` (a handoff: the next nodes' calls,
+        usually made here, read it into their input), on a store that keeps stamps."""
+        stamp = self.stamp(run_id, key)
+        if stamp is not None:
+            self._written.put((run_id, key), (stamp, data))
+
+    def stored_bytes(self, run_id: str, key: str, *, kept: bool = True) -> bytes:
+        """What is stored under `key`, from what this worker kept of what it stored (batches;
+        handoffs still there as it left them) when it has it (and `kept`), else from the store.
+
+        What was kept may be older than the store's (another worker's write within the
+        stamp's resolution): callers check what they read against what they expect, and read
+        again with `kept=False` when it is not."""
+        if kept:
+            found = self._batches.get((run_id, key))
+            if found is not None:
+                return found
+            written = self._written.get((run_id, key))
+            if written is not None and written[0] == self.stamp(run_id, key):
+                return written[1]
+        return self.store.get_bytes(run_id, key)
 
     def cache_blob(
         self, run_id: str, key: str, data: bytes, *, with_next_write: bool = False

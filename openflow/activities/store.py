@@ -23,6 +23,7 @@ import builtins
 import contextlib
 import fcntl
 import functools
+import itertools
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -175,6 +176,20 @@ def _create(temp: str, folder: str) -> int:
         return os.open(temp, flags, 0o666)
 
 
+#: What names this process's temporary files (`FileRunStore.put_bytes`); a forked child names
+#: its own (`_renamed_after_fork`).
+_TEMP_PREFIX = f"{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+_temp_count = itertools.count()
+
+
+def _renamed_after_fork() -> None:
+    global _TEMP_PREFIX
+    _TEMP_PREFIX = f"{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+
+
+os.register_at_fork(after_in_child=_renamed_after_fork)
+
+
 def _write_all(fd: int, data: bytes, at: int | None = None) -> None:
     """Write all of `data` (at offset `at`, or where the file is)."""
     view = memoryview(data)
@@ -254,9 +269,15 @@ class FileRunStore:
         """Write `data` to a temporary file beside the target, then rename it into place."""
         path = self._path(run_id, key)
         folder, _, name = path.rpartition("/")
-        temp = f"{folder}/{_TEMP_MARK}{name}.{uuid.uuid4().hex}"
+        # Named by this process and a count (no random bytes to ask the kernel for); a name a
+        # dead process of the same id left is never reused (`_create` makes a new file only).
+        temp = f"{folder}/{_TEMP_MARK}{name}.{_TEMP_PREFIX}{next(_temp_count)}"
         try:
-            fd = _create(temp, folder)
+            try:
+                fd = _create(temp, folder)
+            except FileExistsError:
+                temp = f"{folder}/{_TEMP_MARK}{name}.{uuid.uuid4().hex}"
+                fd = _create(temp, folder)
             try:
                 _write_all(fd, data)
                 if self.fsync and sync:
@@ -327,6 +348,12 @@ class FileRunStore:
             while len(self._logs) > _KNOWN_LOGS:
                 self._logs.pop(next(iter(self._logs)), None)
         return length
+
+    def left_stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
+        """The log's `stamp` as this store's last append left it (taken under its lock), when
+        it appended to it; None when not."""
+        known = self._logs.get(self._path(run_id, key))
+        return (known[0], known[1]) if known is not None else None
 
     def stamp(self, run_id: str, key: str) -> tuple[int, int] | None:
         """The log's size and change time, to tell whether it changed since it was read."""

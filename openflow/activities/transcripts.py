@@ -181,7 +181,8 @@ class Transcripts:
             (
                 [*delta.kept_lines, *delta.lines, *lines],
                 [*delta.kept_items, *delta.items, *items],
-                self.files.stamp(run_id, key),
+                # As the append left the log, under its lock (no stat after it).
+                self.files.left_stamp(run_id, key),
             ),
         )
 

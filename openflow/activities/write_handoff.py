@@ -35,8 +35,10 @@ class WriteHandoffActivity:
 
 
 def store_handoff(files: RunFiles, run_id: str, file: HandoffFile) -> None:
-    """Write a handoff file; writing it again with the same bytes changes nothing."""
+    """Write a handoff file; writing it again with the same bytes changes nothing. The
+    worker keeps its bytes for the calls whose input is made of it (`RunFiles.stored_bytes`)."""
     files.store.put_bytes(run_id, file.key, file.data)
+    files.keep_written(run_id, file.key, file.data)
 
 
 __all__ = ["HANDOFF_LIMIT", "WriteHandoffActivity", "handoff_segment", "store_handoff"]

@@ -110,3 +110,18 @@ def test_a_worker_that_knows_nothing_of_recipes_finds_no_header_set(acts: Activi
     )
     with pytest.raises(KeyNotFound):
         acts.model_turn.prepare(older)
+
+
+def test_a_handoff_the_worker_kept_that_the_store_no_longer_holds_is_read_again(
+    acts: Activities,
+) -> None:
+    # The worker kept what it wrote, and the run's store holds another (a run restored from a
+    # checkpoint, a rewrite by another worker): the call's input is made from the store's.
+    driver, parts = _stored(acts)
+    whole, by_ref = _calls(driver, parts, "left")
+    key = "handoffs/survey/HANDOFF.json"
+    changed = driver.files[key].replace(b"August", b"October")
+    acts.files.keep_written(driver.snapshot.run_id, key, changed)
+    request, *_ = acts.model_turn.prepare(by_ref)
+    assert request.model_dump_json() == acts.model_turn.prepare(whole)[0].model_dump_json()
+    assert "October" not in json.dumps(request.input)

@@ -5,7 +5,9 @@ execution takes along.
 A paused run may wait for months in a worker's cache, so the journal holds its events as their
 JSON bytes (a fifth of what the event objects take) and decodes them only when a query or a
 notice needs the projection or the events themselves; while the run waits for a person, as
-one compressed block, and the projection a query built as compressed bytes too (`pack`).
+one compressed block, and the projection a query built as compressed bytes too (`pack`). The
+events a step records wait as objects until something reads them or a pause packs them (at
+most `FRESH_EVENTS`): most runs finish without either, and never encode them.
 """
 
 from __future__ import annotations

@@ -488,6 +488,9 @@ class RuntimeSettings(BaseSettings):
     tool_sandbox_hide: str | None = None
     tool_budget: int = 16
     workflow_sandbox: bool = False
+    #: Whether workflow activations run on the worker's event loop, one a turn
+    #: (`openflow.workflows.inline`), instead of the SDK's pool of threads.
+    workflow_inline: bool = False
     model_pool: int = DEFAULT_MODEL_POOL
     tool_pool: int = DEFAULT_TOOL_POOL
     workflow_cache: int = DEFAULT_WORKFLOW_CACHE
@@ -555,7 +558,7 @@ class RuntimeSettings(BaseSettings):
     def _tool_budget(cls, value: Any) -> Any:
         return parse_tool_budget(str(value))
 
-    @field_validator("workflow_sandbox", mode="before")
+    @field_validator("workflow_sandbox", "workflow_inline", mode="before")
     @classmethod
     def _workflow_sandbox(cls, value: Any) -> Any:
         return bool(str(value).strip()) and parse_switch(str(value))

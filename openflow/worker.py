@@ -42,6 +42,7 @@ from openflow.engine.errors import EngineError
 from openflow.live import FileLiveChannel, LiveChannel
 from openflow.pools import PooledWorker, WorkerPools
 from openflow.settings import check_webhooks, load_settings, runtime_settings
+from openflow.workflows.inline import InlineExecutor
 from openflow.workflows.notices import OpenFlowNotice
 from openflow.workflows.run import EngineFault, OpenFlowRun
 
@@ -231,13 +232,18 @@ def build_worker(
     _freeze_loaded()
     _warm_up_mcp(home)
     registered = acts.all()
+    runner = workflow_runner(sandboxed)
+    inline = isinstance(runner, UnsandboxedWorkflowRunner) and _workflow_inline()
     main = Worker(
         client,
         task_queue=task_queue,
         workflows=[OpenFlowRun, OpenFlowNotice],
         # Tool batches of runs recorded before the tool pool still come here.
         activities=[*registered, *WebhookActivities(home, api_url).all()],
-        workflow_runner=workflow_runner(sandboxed),
+        workflow_runner=runner,
+        # OPENFLOW_WORKFLOW_INLINE=1: activations on the loop's own thread, one a turn
+        # (`openflow.workflows.inline`), instead of the SDK's threads.
+        workflow_task_executor=InlineExecutor() if inline else None,
         workflow_failure_exception_types=FAILURE_TYPES,
         max_concurrent_activities=pools.model,
         max_cached_workflows=pools.workflow_cache,
@@ -259,6 +265,11 @@ def build_worker(
         graceful_shutdown_timeout=timedelta(seconds=2),
     )
     return PooledWorker(main, tools, on_last_stop=_close_providers)
+
+
+def _workflow_inline() -> bool:
+    """Whether OPENFLOW_WORKFLOW_INLINE asks for activations on the worker's event loop."""
+    return runtime_settings(only=("workflow_inline",)).workflow_inline
 
 
 def _activity_name(fn: Any) -> str | None:

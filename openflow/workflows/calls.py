@@ -253,8 +253,13 @@ async def model_turn(
         if intent.purpose == "node"
         else ()
     )
+    handoff = turn_handoff(snapshot, intent) if intent.purpose == "node" else None
+    # A call id is the engine's, new for every call of the run: no other activity of the run
+    # has it, pending or not. (Asked after the handoff's patch, as runs recorded before did.)
+    activity_id = c.turn_activity_id(intent.call_id) if patches.on(TURN_ACTIVITY_IDS) else None
     arg = c.ModelTurnInput(
-        call_id=intent.call_id,
+        # The activity id names the call, and the input leaves it out.
+        call_id="" if activity_id else intent.call_id,
         node_id="" if c.call_node(intent.call_id) == request.node_id else request.node_id,
         model_attempt=intent.model_attempt,
         turn_index=request.turn_index,
@@ -270,15 +275,12 @@ async def model_turn(
         provider_id="" if request.provider_id else provider_id,
         eager=bool(eager),
         purpose="review" if intent.purpose == "review" else "node",
-        handoff=turn_handoff(snapshot, intent) if intent.purpose == "node" else None,
+        handoff=handoff,
     )
-    # A call id is the engine's, new for every call of the run: no other activity of the run
-    # has it, pending or not.
-    activity_id = c.turn_activity_id(intent.call_id) if patches.on(TURN_ACTIVITY_IDS) else None
     try:
         result = await workflow.execute_activity_method(
             ModelTurnActivity.model_turn,
-            arg.model_copy(update={"call_id": ""}) if activity_id else arg,
+            arg,
             activity_id=activity_id,
             start_to_close_timeout=MODEL_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,

@@ -5,7 +5,9 @@ execution takes along.
 A paused run may wait for months in a worker's cache, so the journal holds its events as their
 JSON bytes (a fifth of what the event objects take) and decodes them only when a query or a
 notice needs the projection or the events themselves; while the run waits for a person, as
-one compressed block, and the projection a query built as compressed bytes too (`pack`).
+one compressed block, and the projection a query built as compressed bytes too (`pack`). The
+events a step records wait as objects until something reads them or a pause packs them (at
+most `FRESH_EVENTS`): most runs finish without either, and never encode them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
     from openflow.engine.projection import WorkflowRunState, apply_event, initial_state, trim_state
 
 _EVENT: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
+#: At most this many events a step recorded wait as objects before they are encoded.
+FRESH_EVENTS = 64
 #: While its events are this small (as JSON), a continued execution carries them along.
 CARRY_EVENTS_BYTES = 256 * 1024
 
@@ -40,6 +44,9 @@ class Journal:
     def __init__(self) -> None:
         #: Each event as its JSON (`model_dump_json`), in the order recorded (`_events`).
         self._encoded: list[bytes] = []
+        #: The events recorded after `_encoded`'s, not yet encoded: most runs end without a
+        #: query or a pause ever reading them, and a few held as objects cost little.
+        self._fresh: list[RunEvent] = []
         #: The events' JSON, one a line, compressed, while the run waits (`pack`).
         self._packed: bytes | None = None
         self._count = 0
@@ -56,7 +63,7 @@ class Journal:
     def begin(self, inp: c.RunInput) -> None:
         """Start from what the execution before carried (events, state), or from nothing."""
         events = [_EVENT.validate_python(data) for data in inp.events]
-        self._encoded, self._packed, self._count = [], None, 0
+        self._encoded, self._fresh, self._packed, self._count = [], [], None, 0
         self.record(events)
         self.first_seq = events[0].seq if events else inp.first_seq
         self.previous_run_id = inp.previous_run_id
@@ -76,16 +83,29 @@ class Journal:
         self._projected = 0
 
     def record(self, events: Iterable[RunEvent]) -> None:
-        """Add events a step emitted."""
-        encoded = [e.model_dump_json().encode() for e in events]
-        if encoded:
-            self._encoded = self._events()
+        """Add events a step emitted. They are encoded when something reads them (a query, a
+        notice, a pause) or once `FRESH_EVENTS` of them wait: most runs end before either."""
+        before = len(self._fresh)
+        self._fresh.extend(events)
+        self._count += len(self._fresh) - before
+        if len(self._fresh) >= FRESH_EVENTS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Encode the fresh events after the others (a packed journal opened for them)."""
+        if self._fresh:
+            encoded = self._stored()
             self._packed = None
-            self._encoded.extend(encoded)
-            self._count = len(self._encoded)
+            encoded.extend(e.model_dump_json().encode() for e in self._fresh)
+            self._encoded, self._fresh = encoded, []
 
     def _events(self) -> list[bytes]:
         """Each event's JSON (a packed journal stays packed: a query reads, a step records)."""
+        self._flush()
+        return self._stored()
+
+    def _stored(self) -> list[bytes]:
+        """The encoded events' JSON."""
         if self._packed is None:
             return self._encoded
         # An event's JSON has no raw line break (`model_dump_json` escapes them).
@@ -94,6 +114,7 @@ class Journal:
     def pack(self) -> None:
         """Hold the events as one compressed block until the next step records more, and the
         projection (once a query built it) as compressed bytes until it is next needed."""
+        self._flush()
         if self._packed is None and self._encoded:
             self._packed = zlib.compress(b"\n".join(self._encoded), 1)
             self._encoded = []

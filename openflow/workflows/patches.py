@@ -18,7 +18,6 @@ them; the newest epoch a run recorded is the one that counts, so runs of every e
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from temporalio import workflow
@@ -67,8 +66,10 @@ EPOCHS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
 )
 
-#: What each workflow object's epoch covers (empty: it started before the epochs).
-_COVERED: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+#: The attribute of a workflow object that holds what its epoch covers (empty: it started
+#: before the epochs); a run asks a dozen patches a task, each a plain attribute read.
+_COVERED = "_openflow_patches_covered"
+_NONE: frozenset[str] = frozenset()
 
 
 def begin(instance: Any) -> str | None:
@@ -76,16 +77,16 @@ def begin(instance: Any) -> str | None:
     records any other command); the epoch its run takes, if any."""
     for epoch, covered in reversed(EPOCHS):
         if workflow.patched(epoch):
-            _COVERED[instance] = covered
+            setattr(instance, _COVERED, covered)
             return epoch
-    _COVERED[instance] = frozenset()
+    setattr(instance, _COVERED, _NONE)
     return None
 
 
 def on(patch_id: str) -> bool:
     """Whether the run takes the code of `patch_id`: without asking when its epoch covers the
     patch, else as `workflow.patched(patch_id)` answers."""
-    if patch_id in _COVERED.get(workflow.instance(), frozenset()):
+    if patch_id in getattr(workflow.instance(), _COVERED, _NONE):
         return True
     return workflow.patched(patch_id)
 

@@ -8,7 +8,7 @@ from openflow.engine.events import RunEvent, stamped
 from openflow.engine.projection import apply_event, initial_state, trim_state
 from openflow.engine.spec import Workflow
 from openflow.testing import agent_node
-from openflow.workflows.journal import Journal
+from openflow.workflows.journal import FRESH_EVENTS, Journal
 from openflow.workflows.shared import shared_profiles, shared_settled, shared_workflow
 from tests.engine.test_events import EXAMPLES
 
@@ -138,3 +138,24 @@ def test_runs_with_equal_profiles_share_one_copy() -> None:
     assert shared_profiles(two) is shared
     assert shared_profiles({"main": two["main"], "scripted": two["scripted"]}) is not shared
     assert shared_profiles({"scripted": {"kind": "scripted"}}) is not shared
+
+
+def test_events_recorded_one_step_at_a_time_answer_as_recorded_across_packs() -> None:
+    """Steps record a few events each: those not yet encoded, more than `FRESH_EVENTS` in
+    all, and a pause between them, answer every query as the events themselves."""
+    wf = _workflow()
+    journal = _begun(wf)
+    events = [stamped(event, seq=i + 1, at_ms=i) for i, event in enumerate([*EXAMPLES, *EXAMPLES])]
+    assert len(events) > FRESH_EVENTS
+    state = initial_state(wf.id, "r1", [n.id for n in wf.nodes], None)
+    for i in range(0, len(events), 3):
+        journal.record(events[i : i + 3])
+        if i == 30:
+            journal.pack()
+    for event in events:
+        state = apply_event(state, event)
+    assert journal.events == events
+    assert journal.after(70) == [e.model_dump(mode="json") for e in events if e.seq > 70]
+    assert journal.projection().as_json() == state.as_json()
+    journal.pack()
+    assert journal.carried_events() == [e.model_dump(mode="json") for e in events]

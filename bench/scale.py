@@ -721,6 +721,20 @@ async def drive_paused(
     return again
 
 
+async def rss_at_rest(pid: int, still_s: float = 2.0, timeout: float = 15.0) -> int:
+    """The worker's RSS once it has come to rest: no lower for `still_s` seconds (at most
+    `timeout`). A worker gives back what a burst left free once it is quiet
+    (`openflow.memory`), a second or two after the burst; both sides are read the same way."""
+    low, since = proc_rss(pid), time.monotonic()
+    deadline = since + timeout
+    while time.monotonic() - since < still_s and time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+        rss = proc_rss(pid)
+        if rss < low:
+            low, since = rss, time.monotonic()
+    return proc_rss(pid)
+
+
 async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
     ours = side != "bare"
 
@@ -735,8 +749,7 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
                 {"busy": [{"ask": "Which one?"}, {"submit": {"summary": "ok"}}]},
                 exhausted="echo",
             )
-        await asyncio.sleep(1.0)  # let the warm-up's garbage go before the baseline
-        rss0 = proc_rss(proc.pid)
+        rss0 = await rss_at_rest(proc.pid)  # the warm-up's garbage gone before the baseline
         if ours:
             ids = await start_ours(bench.client, queue, single(requestUserInput=True), n)
         else:
@@ -746,8 +759,7 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{side}: not all {n} runs paused within 120 s")
             await asyncio.sleep(0.25)
-        await asyncio.sleep(1.0)
-        per_run = (proc_rss(proc.pid) - rss0) / n
+        per_run = (await rss_at_rest(proc.pid) - rss0) / n
         gate = asyncio.Semaphore(64)
 
         async def answer(run_id: str) -> None:

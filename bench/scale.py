@@ -721,10 +721,10 @@ async def drive_paused(
     return again
 
 
-async def rss_at_rest(pid: int, still_s: float = 2.0, timeout: float = 15.0) -> int:
+async def rss_at_rest(pid: int, still_s: float = 4.0, timeout: float = 20.0) -> int:
     """The worker's RSS once it has come to rest: no lower for `still_s` seconds (at most
-    `timeout`). A worker gives back what a burst left free once it is quiet
-    (`openflow.memory`), a second or two after the burst; both sides are read the same way."""
+    `timeout`). OpenFlow's worker gives back what a burst left free once it has been quiet
+    for two seconds (`openflow.memory`); both sides are read the same way."""
     low, since = proc_rss(pid), time.monotonic()
     deadline = since + timeout
     while time.monotonic() - since < still_s and time.monotonic() < deadline:

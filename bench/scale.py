@@ -21,7 +21,7 @@ defaults and no sandbox (as OpenFlowRun's do):
 - calls in flight: N runs with one model turn that takes D seconds (the scripted provider's
   `delay_ms`) against N bare workflows with one activity sleeping D seconds, cap lifted;
 - paused runs: the worker's RSS growth holding N runs waiting for a person (bare: waiting on a
-  signal), and the rate at which answering them all by signal completes them. A run whose
+  signal), both read with the worker at rest (`rss_at_rest`), and the rate at which answering them all by signal completes them. A run whose
   turns a saturated worker lost (its heartbeats late) fails its node after the engine's
   retries and pauses for a retry instead; once answered, it asks again from its first
   scripted turn. The bench answers such runs again until they complete, and counts the

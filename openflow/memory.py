@@ -5,8 +5,8 @@ workflow tasks and model turns use and then drop: request bodies, activations, t
 core's buffers. glibc's malloc keeps the pages of such freed chunks (inside each thread's
 arena, not only at its top) resident until `malloc_trim` hands them back, so a worker that
 then holds those runs paused for days would keep that high-water mark as resident memory:
-about 10 MB after 500 runs started at once and left waiting for a person (18-20 KB a run of
-the burst, bench/scale.py's paused phase), and as much after the worker's first runs.
+2-10 MB after 500 runs started at once and left waiting for a person (4-20 KB a run of the
+burst, bench/scale.py's paused phase), and about 4-10 MB after the worker's first runs.
 
 `MemoryRelease` watches the process's CPU time: once an interval was busy, the first
 `QUIET_INTERVALS` quiet ones in a row (the worker all but idle) trim malloc's free pages, once,

@@ -21,7 +21,7 @@ defaults and no sandbox (as OpenFlowRun's do):
 - calls in flight: N runs with one model turn that takes D seconds (the scripted provider's
   `delay_ms`) against N bare workflows with one activity sleeping D seconds, cap lifted;
 - paused runs: the worker's RSS growth holding N runs waiting for a person (bare: waiting on a
-  signal), and the rate at which answering them all by signal completes them. A run whose
+  signal), both read with the worker at rest (`rss_at_rest`), and the rate at which answering them all by signal completes them. A run whose
   turns a saturated worker lost (its heartbeats late) fails its node after the engine's
   retries and pauses for a retry instead; once answered, it asks again from its first
   scripted turn. The bench answers such runs again until they complete, and counts the
@@ -721,6 +721,20 @@ async def drive_paused(
     return again
 
 
+async def rss_at_rest(pid: int, still_s: float = 4.0, timeout: float = 20.0) -> int:
+    """The worker's RSS once it has come to rest: no lower for `still_s` seconds (at most
+    `timeout`). OpenFlow's worker gives back what a burst left free once it has been quiet
+    for two seconds (`openflow.memory`); both sides are read the same way."""
+    low, since = proc_rss(pid), time.monotonic()
+    deadline = since + timeout
+    while time.monotonic() - since < still_s and time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+        rss = proc_rss(pid)
+        if rss < low:
+            low, since = rss, time.monotonic()
+    return proc_rss(pid)
+
+
 async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
     ours = side != "bare"
 
@@ -735,8 +749,7 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
                 {"busy": [{"ask": "Which one?"}, {"submit": {"summary": "ok"}}]},
                 exhausted="echo",
             )
-        await asyncio.sleep(1.0)  # let the warm-up's garbage go before the baseline
-        rss0 = proc_rss(proc.pid)
+        rss0 = await rss_at_rest(proc.pid)  # the warm-up's garbage gone before the baseline
         if ours:
             ids = await start_ours(bench.client, queue, single(requestUserInput=True), n)
         else:
@@ -746,8 +759,7 @@ async def paused(bench: Bench, side: str, n: int, out: Figures) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{side}: not all {n} runs paused within 120 s")
             await asyncio.sleep(0.25)
-        await asyncio.sleep(1.0)
-        per_run = (proc_rss(proc.pid) - rss0) / n
+        per_run = (await rss_at_rest(proc.pid) - rss0) / n
         gate = asyncio.Semaphore(64)
 
         async def answer(run_id: str) -> None:

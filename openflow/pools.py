@@ -20,6 +20,7 @@ from types import TracebackType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from openflow.memory import MemoryRelease
 from openflow.settings import (
     DEFAULT_MODEL_POOL,
     DEFAULT_STICKY_TIMEOUT_S,
@@ -130,6 +131,8 @@ class PooledWorker:
         global _running
         _running += 1
         runs = [asyncio.create_task(worker.run()) for worker in self.workers]
+        # Once a burst of work is over, what it left free goes back to the system.
+        release = asyncio.create_task(MemoryRelease().run(), name="openflow-memory-release")
         try:
             done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
             if any(not task.cancelled() and task.exception() is not None for task in done):
@@ -143,6 +146,7 @@ class PooledWorker:
             await asyncio.gather(*runs, return_exceptions=True)
             raise
         finally:
+            release.cancel()
             _running -= 1
             if _running == 0 and self._on_last_stop is not None:
                 await self._on_last_stop()

@@ -560,7 +560,7 @@ class RuntimeSettings(BaseSettings):
 
     @field_validator("workflow_sandbox", "workflow_inline", mode="before")
     @classmethod
-    def _workflow_sandbox(cls, value: Any) -> Any:
+    def _switch(cls, value: Any) -> Any:
         return bool(str(value).strip()) and parse_switch(str(value))
 
     @field_validator("trace_content", mode="before")
